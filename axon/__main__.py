@@ -1,0 +1,5 @@
+import sys
+
+from axon.cli import main
+
+sys.exit(main())
