@@ -1,0 +1,22 @@
+"""Axon: a synthesizing superoptimizer for tensor programs.
+
+    import axon
+
+    @axon.program(x=("m", "k"), w=("k", "n"))
+    def rmsnorm_matmul(x, w):
+        return (x / axon.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)) @ w
+"""
+from axon.errors import AxonError, InputError, KernelError, ShapeError, UnsupportedError
+from axon.frontend import Program, program
+from axon.frontend.functions import (exp, gelu, log, matmul, maximum, minimum, reciprocal, relu, rsqrt, sigmoid,
+                                     silu, sqrt, square, tanh, transpose)
+from axon.suite import benchmark
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "program", "Program", "benchmark",
+    "exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "silu", "relu", "sigmoid", "tanh", "gelu",
+    "maximum", "minimum", "matmul", "transpose",
+    "AxonError", "ShapeError", "UnsupportedError", "InputError", "KernelError",
+]

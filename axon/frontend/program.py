@@ -1,0 +1,148 @@
+"""`@axon.program`: a Python function traced once into a `Graph`, callable on NumPy arrays.
+
+    @axon.program(x=("m", "k"), w=("k", "n"))
+    def rmsnorm_matmul(x, w):
+        return (x / axon.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)) @ w
+
+Each keyword names one input's dimensions; equal names are the same symbolic size across inputs,
+an integer is a fixed size. Tracing happens at decoration, so a malformed program fails where it
+is defined. Calling the program evaluates the NumPy reference.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Mapping, Optional
+
+import numpy as np
+
+from axon.errors import InputError, ShapeError, UnsupportedError
+from axon.ir import Graph, input_node
+from axon.frontend.tracer import Tensor, Trace
+from axon.semantics.evaluate import bind_sizes, dtype_named, evaluate
+from axon.semantics.sizes import Size, format_shape
+
+
+class Program:
+    def __init__(self, fn: Callable, dims: Mapping[str, tuple], name: Optional[str] = None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.input_dims = {k: tuple(v) for k, v in dims.items()}
+        self.graph = self._trace()
+
+    def _trace(self) -> Graph:
+        params = list(inspect.signature(self.fn).parameters)
+        if sorted(params) != sorted(self.input_dims):
+            raise ShapeError(f"program {self.name}: parameters {params} and declared inputs "
+                             f"{list(self.input_dims)} differ")
+        trace = Trace()
+        inputs, tensors = [], {}
+        for pname in params:
+            dims = self.input_dims[pname]
+            node = input_node(pname, tuple(_parse_dim(self.name, pname, d) for d in dims))
+            inputs.append(node)
+            tensors[pname] = Tensor(node, trace, label=pname)
+        result = self.fn(**tensors)
+        outputs = result if isinstance(result, tuple) else (result,)
+        for out in outputs:
+            if not isinstance(out, Tensor):
+                raise UnsupportedError(f"program {self.name} must return traced tensors, got {type(out).__name__}")
+        return Graph(tuple(inputs), tuple(o.node for o in outputs), frozenset(trace.constraints))
+
+    # -- description ----------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return [n.params.name for n in self.graph.inputs]
+
+    @property
+    def dims(self) -> list[str]:
+        return self.graph.dims
+
+    def signature(self) -> str:
+        args = ", ".join(f"{n.params.name}{format_shape(n.shape)}" for n in self.graph.inputs)
+        outs = ", ".join(format_shape(o.shape) for o in self.graph.outputs)
+        return f"{self.name}({args}) -> {outs}"
+
+    def __repr__(self) -> str:
+        return f"<axon.Program {self.signature()}>"
+
+    # -- evaluation -----------------------------------------------------------------------
+    def bind(self, *args, **kwargs) -> dict[str, np.ndarray]:
+        """Map positional/keyword arrays to input names, checking dtypes."""
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"{self.name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
+        arrays = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise InputError(f"{self.name} has no input {key!r}; inputs are {', '.join(names)}")
+            if key in arrays:
+                raise InputError(f"{self.name}: input {key!r} given twice")
+            arrays[key] = value
+        for key in names:
+            if key not in arrays:
+                raise InputError(f"{self.name}: missing input {key!r}")
+            value = arrays[key]
+            if not isinstance(value, np.ndarray):
+                raise InputError(f"input {key!r} must be a NumPy array, got {type(value).__name__}")
+            try:
+                dtype_named(value.dtype)
+            except InputError:
+                raise InputError(f"input {key!r} has dtype {value.dtype}; expected a float dtype "
+                                 "(float32, float16, bfloat16 or float64)") from None
+        return arrays
+
+    def sizes_of(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
+        return bind_sizes(self.graph, {k: v.shape for k, v in arrays.items()})
+
+    def reference(self, *args, **kwargs) -> tuple[np.ndarray, ...]:
+        """All outputs in float64."""
+        arrays = self.bind(*args, **kwargs)
+        return evaluate(self.graph, arrays, self.sizes_of(arrays))
+
+    def __call__(self, *args, **kwargs):
+        """Evaluate on NumPy arrays; the result has the inputs' common dtype (float64 internally)."""
+        arrays = self.bind(*args, **kwargs)
+        outputs = evaluate(self.graph, arrays, self.sizes_of(arrays))
+        dtype = np.result_type(*[a.dtype for a in arrays.values()])
+        cast = tuple(o.astype(dtype) for o in outputs)
+        return cast[0] if len(cast) == 1 else cast
+
+    def random_inputs(self, sizes: Mapping[str, int], dtype="float32", seed: int = 0) -> dict[str, np.ndarray]:
+        """Random inputs at concrete sizes (standard normal), for checks and demos."""
+        rng = np.random.default_rng(seed)
+        dt = dtype_named(dtype)
+        missing = [d for d in self.dims if d not in sizes]
+        if missing:
+            raise InputError(f"{self.name}: no size given for {', '.join(missing)}")
+        unknown = [d for d in sizes if d not in self.dims]
+        if unknown:
+            raise InputError(f"{self.name} has no dimension {', '.join(unknown)}; its dimensions are "
+                             f"{', '.join(self.dims)}")
+        out = {}
+        for node in self.graph.inputs:
+            shape = tuple(s.evaluate_int(sizes) for s in node.shape)
+            out[node.params.name] = rng.standard_normal(shape).astype(dt)
+        return out
+
+
+def _parse_dim(program_name: str, input_name: str, dim) -> Size:
+    """A declared dimension: a name ("k"), a positive integer, or an integer multiple ("2*h")."""
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+        return Size.of(dim)
+    if isinstance(dim, str):
+        factor, _, name = dim.replace(" ", "").rpartition("*")
+        if name.isidentifier() and (factor == "" or (factor.isdigit() and int(factor) > 0)):
+            return Size.of(name) * int(factor or 1)
+    raise ShapeError(f"program {program_name}: input {input_name!r} dimension {dim!r} must be a name, a positive "
+                     "integer, or INT*name")
+
+
+def program(fn: Optional[Callable] = None, /, *, name: Optional[str] = None, **dims):
+    """Decorator: `@axon.program(x=("m", "k"), w=("k", "n"))`."""
+    if fn is not None:
+        raise ShapeError("@axon.program needs each input's dimensions, e.g. @axon.program(x=('m', 'k'))")
+
+    def wrap(f: Callable) -> Program:
+        return Program(f, dims, name=name)
+
+    return wrap

@@ -1,0 +1,121 @@
+"""The tensor IR: an immutable, structurally hashed DAG of operator applications.
+
+A `Node` is one operator applied to input nodes, with its parameters and its symbolic output
+shape. Nodes compare and hash by structure (op, params, inputs), so equal subexpressions are one
+key in every table a later stage builds (the nuGraph's hash-consing relies on this). A `Graph`
+is a program: named inputs, outputs, and the size preconditions its operators need.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator
+
+from axon.semantics.ops import OP_SPECS, InputParams, Op, Params
+from axon.semantics.sizes import Shape, Size, format_shape
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    op: Op
+    inputs: tuple["Node", ...]
+    params: Params
+    shape: Shape
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.op, self.params, self.shape, self.inputs)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        return (isinstance(other, Node) and self._hash == other._hash and self.op is other.op
+                and self.params == other.params and self.shape == other.shape and self.inputs == other.inputs)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def replace(self, **changes) -> "Node":
+        return replace(self, **changes)
+
+    def __repr__(self) -> str:
+        if self.op is Op.INPUT:
+            return self.params.name
+        if self.op is Op.CONST:
+            return str(self.params.value)
+        args = ", ".join(repr(i) for i in self.inputs)
+        extra = "" if self.params is None else f"; {self.params}"
+        return f"{self.op.value}({args}{extra})"
+
+
+def make_node(op: Op, inputs: Iterable[Node], params: Params = None) -> Node:
+    """Apply an operator, checking its precondition and computing its shape from its spec."""
+    inputs = tuple(inputs)
+    shape = OP_SPECS[op].shape(tuple(i.shape for i in inputs), params)
+    return Node(op, inputs, params, shape)
+
+
+def input_node(name: str, shape: Shape) -> Node:
+    return Node(Op.INPUT, (), InputParams(name), shape)
+
+
+def toposort(outputs: Iterable[Node]) -> list[Node]:
+    """Every node reachable from `outputs`, each once, inputs before users (iterative: no recursion limit)."""
+    order: list[Node] = []
+    seen: set[Node] = set()
+    stack: list[tuple[Node, bool]] = [(n, False) for n in reversed(list(outputs))]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        stack.extend((i, False) for i in reversed(node.inputs) if i not in seen)
+    return order
+
+
+@dataclass(frozen=True)
+class Graph:
+    inputs: tuple[Node, ...]  # INPUT nodes in parameter order
+    outputs: tuple[Node, ...]
+    # (size, divisor) pairs: size must be a multiple of divisor (from strided slices)
+    constraints: frozenset[tuple[Size, int]] = frozenset()
+
+    def nodes(self) -> list[Node]:
+        return toposort(self.outputs)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes())
+
+    @property
+    def dims(self) -> list[str]:
+        names: list[str] = []
+        for node in self.inputs:
+            for size in node.shape:
+                for s in sorted(size.symbols):
+                    if s not in names:
+                        names.append(s)
+        return names
+
+    def pretty(self) -> str:
+        """A readable listing, one equation per line (like a jaxpr)."""
+        names: dict[Node, str] = {n: n.params.name for n in self.inputs}
+        lines = [f"inputs: " + ", ".join(f"{n.params.name}{format_shape(n.shape)}" for n in self.inputs)]
+        for node in self.nodes():
+            if node in names:
+                continue
+            if node.op is Op.CONST:
+                names[node] = str(node.params.value)
+                continue
+            names[node] = f"t{len(lines) - 1}"
+            args = ", ".join(names[i] for i in node.inputs)
+            extra = "" if node.params is None else f"  {node.params}"
+            lines.append(f"  {names[node]}{format_shape(node.shape)} = {node.op.value}({args}){extra}")
+        lines.append("outputs: " + ", ".join(names[o] for o in self.outputs))
+        return "\n".join(lines)

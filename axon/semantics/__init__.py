@@ -1,0 +1,1 @@
+"""Semantics: one specification per operator (shape rule, element meaning, NumPy reference)."""

@@ -1,0 +1,95 @@
+"""The reference evaluator: a graph interpreted with each operator's NumPy meaning.
+
+Evaluation is in float64 whatever the input dtype, so the reference is as exact as NumPy can
+make it; callers round the result to the dtype they compare in. `bind_sizes` reads the concrete
+size of every dimension off the input arrays and rejects inputs that disagree with the program.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import ml_dtypes
+import numpy as np
+
+from axon.errors import InputError
+from axon.ir import Graph
+from axon.semantics.algebra import const_value
+from axon.semantics.ops import OP_SPECS, Op
+from axon.semantics.sizes import bind_shape, format_shape
+
+FLOAT_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float64": np.dtype(np.float64),
+}
+
+
+def dtype_named(name) -> np.dtype:
+    key = name if isinstance(name, str) else np.dtype(name).name
+    if key not in FLOAT_DTYPES:
+        raise InputError(f"unsupported dtype {key!r}; expected one of {', '.join(FLOAT_DTYPES)}")
+    return FLOAT_DTYPES[key]
+
+
+def bind_sizes(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """Concrete dimension sizes from concrete input shapes; errors name the operand and the sizes."""
+    binding: dict[str, int] = {}
+    source: dict[str, str] = {}
+    for node in graph.inputs:
+        name = node.params.name
+        if name not in shapes:
+            raise InputError(f"missing input {name!r}")
+        actual = tuple(shapes[name])
+        declared = format_shape(node.shape)
+        if len(actual) != len(node.shape):
+            raise InputError(f"input {name!r} has shape {actual} (rank {len(actual)}); expected rank "
+                             f"{len(node.shape)} with dims {declared}")
+        for size, n in zip(node.shape, actual):
+            fixed = size.as_int()
+            if fixed is not None:
+                if n != fixed:
+                    raise InputError(f"input {name!r} has shape {actual}; expected {declared}: a dimension of size "
+                                     f"{fixed} got {n}")
+                continue
+            # declared dims are `name` or `c*name` (see frontend/program.py)
+            ((monomial, coeff),) = size.terms
+            (dim,) = monomial
+            if n % coeff:
+                raise InputError(f"input {name!r} has shape {actual}; expected {declared}: {n} is not a multiple "
+                                 f"of {coeff}")
+            value = int(n // coeff)
+            if dim in binding and binding[dim] != value:
+                raise InputError(f"input {name!r} has shape {actual}; expected {declared} with {dim}={binding[dim]} "
+                                 f"(from input {source[dim]!r})")
+            binding.setdefault(dim, value)
+            source.setdefault(dim, name)
+    check_constraints(graph, binding)
+    return binding
+
+
+def check_constraints(graph: Graph, binding: Mapping[str, int]) -> None:
+    for size, divisor in graph.constraints:
+        value = size.evaluate(binding)
+        if value.denominator != 1 or value.numerator % divisor:
+            raise InputError(f"size {size} = {value} must be a multiple of {divisor} for this program")
+    for dim, value in binding.items():
+        if value <= 0:
+            raise InputError(f"dimension {dim} = {value} must be positive")
+
+
+def evaluate(graph: Graph, arrays: Mapping[str, np.ndarray], binding: Mapping[str, int] | None = None) -> tuple[np.ndarray, ...]:
+    """All outputs of `graph` on `arrays`, in float64."""
+    if binding is None:
+        binding = bind_sizes(graph, {k: np.shape(v) for k, v in arrays.items()})
+    env: dict = {}
+    for node in graph.nodes():
+        if node.op is Op.INPUT:
+            env[node] = np.asarray(arrays[node.params.name], dtype=np.float64)
+        elif node.op is Op.CONST:
+            env[node] = np.float64(const_value(node.params.value, binding))
+        else:
+            args = [env[i] for i in node.inputs]
+            env[node] = np.asarray(OP_SPECS[node.op].numpy(args, node.params, bind_shape(node.shape, binding)),
+                                   dtype=np.float64)
+    return tuple(env[o] for o in graph.outputs)

@@ -1,0 +1,337 @@
+"""Tensor operators: one specification per operator, interpreted by every stage.
+
+Each `OpSpec` states, once:
+  * `shape(in_shapes, params)`: the precondition and shape rule over symbolic sizes (raises
+    ShapeError naming the mismatch);
+  * `constraints(in_shapes, params)`: divisibility facts the operator needs of the sizes;
+  * `element(alg, read, idx, in_shapes, params)`: the element-level meaning, an index map plus a
+    scalar function, written against an abstract algebra (see algebra.py) so that the same text
+    yields concrete numbers (tests) and SMT terms (verification);
+  * `numpy(args, params, out_shape)`: the vectorised NumPy reference, checked against `element` by a test
+    that walks this table.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+from axon.errors import ShapeError
+from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
+from axon.semantics.sizes import Shape, Size, format_shape
+
+
+class OpKind(enum.Enum):
+    LEAF = "leaf"
+    ELEMENTWISE = "elementwise"
+    REDUCE = "reduce"
+    SCAN = "scan"
+    CONTRACTION = "contraction"
+    LAYOUT = "layout"
+
+
+class Op(enum.Enum):
+    INPUT = "input"
+    CONST = "const"
+    # element-wise, one per scalar operation
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    NEG = "neg"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    RECIPROCAL = "reciprocal"
+    SQUARE = "square"
+    RELU = "relu"
+    SIGMOID = "sigmoid"
+    SILU = "silu"
+    TANH = "tanh"
+    GELU = "gelu"
+    # reductions, scans, contraction, layout
+    REDUCE_SUM = "sum"
+    REDUCE_MAX = "max"
+    CUMSUM = "cumsum"
+    MATMUL = "matmul"
+    TRANSPOSE = "transpose"
+    SLICE = "slice"
+    RESHAPE = "reshape"
+
+
+# --- parameters, one frozen record per operator family ------------------------------------
+@dataclass(frozen=True)
+class InputParams:
+    name: str
+
+
+@dataclass(frozen=True)
+class ConstParams:
+    value: Union[int, float, Fraction, Size]  # a number, or a symbolic size such as k (for mean)
+
+
+@dataclass(frozen=True)
+class AxisParams:
+    axis: int  # non-negative
+    keepdims: bool = True
+
+
+@dataclass(frozen=True)
+class TransposeParams:
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SliceParams:
+    # per axis: (start, stop or None for "to the end", step); all non-negative, step >= 1
+    slices: tuple[tuple[int, Optional[int], int], ...]
+
+
+@dataclass(frozen=True)
+class ReshapeParams:
+    shape: Shape
+
+
+Params = Any
+Read = Callable[[int, tuple], Any]  # read(operand number, index tuple) -> scalar term
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    op: Op
+    kind: OpKind
+    arity: int
+    shape: Callable[[tuple[Shape, ...], Params], Shape]
+    element: Callable[..., Any]
+    numpy: Callable[[list[np.ndarray], Params, tuple[int, ...]], np.ndarray]  # (args, params, bound out shape)
+    scalar: Optional[ScalarOp] = None
+    constraints: Callable[[tuple[Shape, ...], Params], tuple[tuple[Size, int], ...]] = lambda shapes, p: ()
+
+
+# --- shape rules ---------------------------------------------------------------------------
+ONE = Size.of(1)
+
+
+def broadcast_shapes(a: Shape, b: Shape) -> Shape:
+    """NumPy broadcasting over symbolic sizes: equal sizes, or one of them is literally 1."""
+    rank = max(len(a), len(b))
+    pa = (ONE,) * (rank - len(a)) + a
+    pb = (ONE,) * (rank - len(b)) + b
+    out = []
+    for da, db in zip(pa, pb):
+        if da == db or db == ONE:
+            out.append(da)
+        elif da == ONE:
+            out.append(db)
+        else:
+            raise ShapeError(f"cannot broadcast shapes {format_shape(a)} and {format_shape(b)}: {da} vs {db}")
+    return tuple(out)
+
+
+def broadcast_index(idx: tuple, in_shape: Shape, out_shape: Shape) -> tuple:
+    """Index into an operand of `in_shape` broadcast to `out_shape`: broadcast axes read index 0."""
+    offset = len(out_shape) - len(in_shape)
+    return tuple(0 if (d == ONE and out_shape[offset + j] != ONE) else idx[offset + j] for j, d in enumerate(in_shape))
+
+
+def _elementwise_shape(shapes, params):
+    out = shapes[0]
+    for s in shapes[1:]:
+        out = broadcast_shapes(out, s)
+    return out
+
+
+def _reduce_shape(shapes, p: AxisParams):
+    (s,) = shapes
+    _check_axis(p.axis, len(s))
+    return s[: p.axis] + ((ONE,) if p.keepdims else ()) + s[p.axis + 1:]
+
+
+def _check_axis(axis, rank):
+    if not 0 <= axis < rank:
+        raise ShapeError(f"axis {axis} is out of range for a rank-{rank} tensor")
+
+
+def _scan_shape(shapes, p: AxisParams):
+    _check_axis(p.axis, len(shapes[0]))
+    return shapes[0]
+
+
+def _matmul_shape(shapes, params):
+    a, b = shapes
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matmul needs operands of rank >= 2, got {format_shape(a)} @ {format_shape(b)}")
+    if a[-1] != b[-2]:
+        raise ShapeError(
+            f"matmul contraction mismatch: {format_shape(a)} @ {format_shape(b)} contracts {a[-1]} with {b[-2]}")
+    batch = broadcast_shapes(a[:-2], b[:-2])
+    return batch + (a[-2], b[-1])
+
+
+def _transpose_shape(shapes, p: TransposeParams):
+    (s,) = shapes
+    if sorted(p.perm) != list(range(len(s))):
+        raise ShapeError(f"transpose axes {p.perm} are not a permutation of a rank-{len(s)} tensor's axes")
+    return tuple(s[j] for j in p.perm)
+
+
+def _slice_extent(size: Size, start: int, stop: Optional[int], step: int) -> Size:
+    if stop is not None:
+        bound = size.as_int()
+        if bound is not None:
+            stop = min(stop, bound)
+        return Size.of(max(0, -(-(stop - start) // step)))
+    concrete = size.as_int()
+    if concrete is not None:
+        return Size.of(max(0, -(-(concrete - start) // step)))
+    # symbolic: ceil((size - start) / step) = size/step + ceil(-start/step), exact when step | size
+    return size.divide(step) + Size.of(-(start // step))
+
+
+def _slice_shape(shapes, p: SliceParams):
+    (s,) = shapes
+    if len(p.slices) != len(s):
+        raise ShapeError(f"slice gives {len(p.slices)} axes for a rank-{len(s)} tensor")
+    out = []
+    for size, (start, stop, step) in zip(s, p.slices):
+        extent = _slice_extent(size, start, stop, step)
+        if extent.as_int() is not None and extent.as_int() <= 0:
+            raise ShapeError(f"slice {start}:{stop}:{step} of an axis of size {size} is empty")
+        out.append(extent)
+    return tuple(out)
+
+
+def _slice_constraints(shapes, p: SliceParams):
+    (s,) = shapes
+    return tuple((size, step) for size, (start, stop, step) in zip(s, p.slices)
+                 if stop is None and step > 1 and size.as_int() is None)
+
+
+def _product(shape: Shape) -> Size:
+    total = ONE
+    for d in shape:
+        total = total * d
+    return total
+
+
+def _reshape_shape(shapes, p: ReshapeParams):
+    (s,) = shapes
+    if _product(s) != _product(p.shape):
+        raise ShapeError(f"cannot reshape {format_shape(s)} into {format_shape(p.shape)}: sizes differ")
+    return p.shape
+
+
+# --- element-level meanings ----------------------------------------------------------------
+def _elementwise_element(scalar: ScalarOp):
+    def element(alg, read, idx, shapes, params):
+        out_shape = _elementwise_shape(shapes, params)
+        args = [read(i, broadcast_index(idx, s, out_shape)) for i, s in enumerate(shapes)]
+        return alg.apply(scalar, *args)
+
+    return element
+
+
+def _reduce_element(combine: ScalarOp):
+    def element(alg, read, idx, shapes, p: AxisParams):
+        (s,) = shapes
+        outer = idx[: p.axis]
+        inner = idx[p.axis + 1:] if p.keepdims else idx[p.axis:]
+        return alg.fold(combine, alg.size(s[p.axis]), lambda r: read(0, outer + (r,) + inner))
+
+    return element
+
+
+def _cumsum_element(alg, read, idx, shapes, p: AxisParams):
+    # out[.., i, ..] = sum_{r <= i} x[.., r, ..]: a fold whose extent is the index itself
+    return alg.fold(ScalarOp.ADD, idx[p.axis] + 1, lambda r: read(0, idx[: p.axis] + (r,) + idx[p.axis + 1:]))
+
+
+def _matmul_element(alg, read, idx, shapes, params):
+    a, b = shapes
+    batch_shape = _matmul_shape(shapes, params)[:-2]
+    batch, i, j = idx[:-2], idx[-2], idx[-1]
+    ia = broadcast_index(batch, a[:-2], batch_shape)
+    ib = broadcast_index(batch, b[:-2], batch_shape)
+    return alg.fold(ScalarOp.ADD, alg.size(a[-1]),
+                    lambda r: alg.apply(ScalarOp.MUL, read(0, ia + (i, r)), read(1, ib + (r, j))))
+
+
+def _transpose_element(alg, read, idx, shapes, p: TransposeParams):
+    src = [None] * len(p.perm)
+    for j, axis in enumerate(p.perm):
+        src[axis] = idx[j]
+    return read(0, tuple(src))
+
+
+def _slice_element(alg, read, idx, shapes, p: SliceParams):
+    return read(0, tuple(start + step * i for i, (start, _, step) in zip(idx, p.slices)))
+
+
+def _reshape_element(alg, read, idx, shapes, p: ReshapeParams):
+    (s,) = shapes
+    if [d for d in s if d != ONE] == [d for d in p.shape if d != ONE]:
+        # only unit axes inserted or removed: the index map is a plain renumbering
+        kept = iter([i for i, d in zip(idx, p.shape) if d != ONE])
+        return read(0, tuple(0 if d == ONE else next(kept) for d in s))
+    linear = 0
+    for i, d in zip(idx, p.shape):
+        linear = linear * alg.size(d) + i
+    src = []
+    for d in reversed(s):
+        src.append(alg.mod(linear, alg.size(d)))
+        linear = alg.floordiv(linear, alg.size(d))
+    return read(0, tuple(reversed(src)))
+
+
+def _const_element(alg, read, idx, shapes, p: ConstParams):
+    return alg.const(p.value)
+
+
+def _input_element(alg, read, idx, shapes, p):
+    raise TypeError("inputs have no element rule: the interpreter reads them")
+
+
+# --- NumPy references ----------------------------------------------------------------------
+def _numpy_slice(args, p: SliceParams, out):
+    return args[0][tuple(slice(start, stop, step) for start, stop, step in p.slices)]
+
+
+def _numpy_reshape(args, p: ReshapeParams, out: tuple[int, ...]):
+    return np.reshape(args[0], out)
+
+
+def _spec_elementwise(op: Op, scalar: ScalarOp) -> OpSpec:
+    fn = SCALAR_SPECS[scalar].numpy
+    return OpSpec(op, OpKind.ELEMENTWISE, SCALAR_SPECS[scalar].arity, _elementwise_shape,
+                  _elementwise_element(scalar), lambda args, p, out: fn(*args), scalar=scalar)
+
+
+OP_SPECS: dict[Op, OpSpec] = {
+    spec.op: spec
+    for spec in [
+        OpSpec(Op.INPUT, OpKind.LEAF, 0, lambda shapes, p: (), _input_element, lambda args, p, out: None),
+        OpSpec(Op.CONST, OpKind.LEAF, 0, lambda shapes, p: (), _const_element, lambda args, p, out: None),
+        *[_spec_elementwise(Op[s.name], s) for s in ScalarOp],
+        OpSpec(Op.REDUCE_SUM, OpKind.REDUCE, 1, _reduce_shape, _reduce_element(ScalarOp.ADD),
+               lambda args, p, out: np.sum(args[0], axis=p.axis, keepdims=p.keepdims), scalar=ScalarOp.ADD),
+        OpSpec(Op.REDUCE_MAX, OpKind.REDUCE, 1, _reduce_shape, _reduce_element(ScalarOp.MAXIMUM),
+               lambda args, p, out: np.max(args[0], axis=p.axis, keepdims=p.keepdims), scalar=ScalarOp.MAXIMUM),
+        OpSpec(Op.CUMSUM, OpKind.SCAN, 1, _scan_shape, _cumsum_element,
+               lambda args, p, out: np.cumsum(args[0], axis=p.axis), scalar=ScalarOp.ADD),
+        OpSpec(Op.MATMUL, OpKind.CONTRACTION, 2, _matmul_shape, _matmul_element,
+               lambda args, p, out: np.matmul(args[0], args[1])),
+        OpSpec(Op.TRANSPOSE, OpKind.LAYOUT, 1, _transpose_shape, _transpose_element,
+               lambda args, p, out: np.transpose(args[0], p.perm)),
+        OpSpec(Op.SLICE, OpKind.LAYOUT, 1, _slice_shape, _slice_element, _numpy_slice,
+               constraints=_slice_constraints),
+        OpSpec(Op.RESHAPE, OpKind.LAYOUT, 1, _reshape_shape, _reshape_element, _numpy_reshape),
+    ]
+}
+
+ELEMENTWISE_OF_SCALAR: dict[ScalarOp, Op] = {s: Op[s.name] for s in ScalarOp}

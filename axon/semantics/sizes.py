@@ -1,0 +1,151 @@
+"""Symbolic sizes: polynomials over named dimensions with rational coefficients.
+
+A dimension of a tensor is a `Size`: `m`, `k/2`, `m*k`, `1`, ... Sizes are kept in a canonical form
+(a sorted tuple of (monomial, coefficient) terms), so two sizes are equal exactly when their
+polynomials are equal; this is what shape checking and broadcasting compare. A fractional
+coefficient (as in `d/2` from a stride-2 slice) is only valid under a divisibility precondition,
+which the operator that created it records on the program.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Mapping, Union
+
+Monomial = tuple[str, ...]  # sorted dimension names, repeated for powers; () is the constant term
+
+
+class Size:
+    __slots__ = ("terms", "_hash")
+
+    def __init__(self, terms: Mapping[Monomial, Fraction]):
+        canon = tuple(sorted((m, Fraction(c)) for m, c in terms.items() if c != 0))
+        object.__setattr__(self, "terms", canon)
+        object.__setattr__(self, "_hash", hash(canon))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Size is immutable")
+
+    # -- construction ---------------------------------------------------------------------
+    @staticmethod
+    def of(value: "SizeLike") -> "Size":
+        if isinstance(value, Size):
+            return value
+        if isinstance(value, str):
+            if not value.isidentifier():
+                raise ValueError(f"dimension name {value!r} is not an identifier")
+            return Size({(value,): Fraction(1)})
+        if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
+            return Size({(): Fraction(value)})
+        raise TypeError(f"not a size: {value!r}")
+
+    # -- queries --------------------------------------------------------------------------
+    @property
+    def is_constant(self) -> bool:
+        return all(m == () for m, _ in self.terms)
+
+    @property
+    def constant(self) -> Fraction:
+        return dict(self.terms).get((), Fraction(0))
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return frozenset(s for m, _ in self.terms for s in m)
+
+    def as_int(self) -> int | None:
+        """The integer value of a constant size, else None."""
+        if self.is_constant and self.constant.denominator == 1:
+            return int(self.constant)
+        return None
+
+    def evaluate(self, binding: Mapping[str, int]) -> Fraction:
+        total = Fraction(0)
+        for monomial, coeff in self.terms:
+            value = coeff
+            for name in monomial:
+                value *= binding[name]
+            total += value
+        return total
+
+    def evaluate_int(self, binding: Mapping[str, int]) -> int:
+        value = self.evaluate(binding)
+        if value.denominator != 1:
+            raise ValueError(f"size {self} is not an integer when {dict(binding)}")
+        return int(value)
+
+    # -- arithmetic -----------------------------------------------------------------------
+    def __add__(self, other: "SizeLike") -> "Size":
+        out = dict(self.terms)
+        for m, c in Size.of(other).terms:
+            out[m] = out.get(m, Fraction(0)) + c
+        return Size(out)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> "Size":
+        return Size({m: -c for m, c in self.terms})
+
+    def __sub__(self, other: "SizeLike") -> "Size":
+        return self + (-Size.of(other))
+
+    def __rsub__(self, other: "SizeLike") -> "Size":
+        return Size.of(other) - self
+
+    def __mul__(self, other: "SizeLike") -> "Size":
+        out: dict[Monomial, Fraction] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in Size.of(other).terms:
+                m = tuple(sorted(m1 + m2))
+                out[m] = out.get(m, Fraction(0)) + c1 * c2
+        return Size(out)
+
+    __rmul__ = __mul__
+
+    def divide(self, divisor: int) -> "Size":
+        """Exact division by a positive integer (the caller records divisibility when needed)."""
+        return Size({m: c / divisor for m, c in self.terms})
+
+    # -- identity -------------------------------------------------------------------------
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (int, str, Fraction)) and not isinstance(other, bool):
+            other = Size.of(other)
+        return isinstance(other, Size) and self.terms == other.terms
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Size({self})"
+
+    def __str__(self) -> str:
+        if not self.terms:
+            return "0"
+        parts = []
+        for monomial, coeff in self.terms:
+            names = "*".join(monomial)
+            if not names:
+                parts.append(str(coeff))
+            elif coeff == 1:
+                parts.append(names)
+            elif coeff.denominator == 1:
+                parts.append(f"{coeff.numerator}*{names}")
+            elif coeff.numerator == 1:
+                parts.append(f"{names}/{coeff.denominator}")
+            else:
+                parts.append(f"{coeff.numerator}*{names}/{coeff.denominator}")
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+SizeLike = Union[Size, str, int, Fraction]
+Shape = tuple[Size, ...]
+
+
+def shape_of(dims) -> Shape:
+    return tuple(Size.of(d) for d in dims)
+
+
+def format_shape(shape: Shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def bind_shape(shape: Shape, binding: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(s.evaluate_int(binding) for s in shape)

@@ -1,0 +1,212 @@
+"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite") as axon programs with shape cases.
+
+Every benchmark has: `small` (CI-sized), `quick` (the representative case of the quick grid),
+a sweep grid (25 shapes for single operators, 27 for MatMul-family kernels, sizes 128 to 8192),
+and model configurations (Llama-3-8B/70B, vocabularies of Llama 3 and Qwen).
+Decisions where the paper is silent: rmsnorm and layernorm carry a learned scale (and layernorm a
+bias) over the last axis; the norm inside rmsnorm_matmul has none (it is folded into W, as
+deployed models do); eps = 1e-6; RoPE returns the even and odd halves as two outputs; gqa is
+softmax(q k^T) v without a 1/sqrt(d) scale, as the suite defines it, with query heads grouped
+as (kv heads, group) sharing each kv head by broadcasting.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import axon.frontend.functions as F
+from axon.errors import InputError
+from axon.frontend.program import Program, program
+
+EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    family: str  # "single" (individual operators) or "multi" (MatMul and multi-operator)
+    program: Program
+    cases: dict[str, dict[str, int]]
+
+    def sizes(self, case: str) -> dict[str, int]:
+        if case not in self.cases:
+            raise InputError(f"benchmark {self.name} has no case {case!r}; cases: {', '.join(self.cases)}")
+        return dict(self.cases[case])
+
+
+# --- programs ------------------------------------------------------------------------------
+def _softmax(x):
+    e = F.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _rms(x):
+    return x / F.sqrt((x * x).mean(axis=-1, keepdims=True) + EPS)
+
+
+@program(x=("m", "n"))
+def relu(x):
+    return F.relu(x)
+
+
+@program(x=("m", "n"))
+def silu(x):
+    return F.silu(x)
+
+
+@program(x=("m", "n"), y=("m", "n"))
+def mul(x, y):
+    return x * y
+
+
+@program(x=("m", "n"))
+def softmax(x):
+    return _softmax(x)
+
+
+@program(x=("m", "n"), g=("n",))
+def rmsnorm(x, g):
+    return _rms(x) * g
+
+
+@program(x=("m", "n"), g=("n",), b=("n",))
+def layernorm(x, g, b):
+    centered = x - x.mean(axis=-1, keepdims=True)
+    return centered / F.sqrt((centered * centered).mean(axis=-1, keepdims=True) + EPS) * g + b
+
+
+@program(x=("m", "n"))
+def cumsum(x):
+    return x.cumsum(axis=-1)
+
+
+@program(x=("m", "2*h"), cos=("m", "h"), sin=("m", "h"))
+def rope(x, cos, sin):
+    even, odd = x[:, 0::2], x[:, 1::2]
+    return even * cos - odd * sin, odd * cos + even * sin
+
+
+@program(x=("m", "k"), w=("k", "n"))
+def matmul(x, w):
+    return x @ w
+
+
+@program(x=("k", "m"), w=("k", "n"))
+def transpose_matmul(x, w):
+    return x.T @ w
+
+
+@program(x=("m", "k"), w=("k", "n"))
+def matmul_transpose(x, w):
+    return (x @ w).T
+
+
+@program(x=("m", "k"), w=("k", "n"))
+def relu_matmul(x, w):
+    return F.relu(x) @ w
+
+
+@program(x=("m", "k"), w=("k", "n"))
+def silu_matmul(x, w):
+    return F.silu(x) @ w
+
+
+@program(x=("m", "k"), w=("k", "n"))
+def rmsnorm_matmul(x, w):
+    return _rms(x) @ w
+
+
+@program(x=("m", "k"), w=("k", "n"))
+def softmax_matmul(x, w):
+    return _softmax(x) @ w
+
+
+@program(x=("m", "k"), y=("m", "k"), w=("k", "n"))
+def reduce_mul_matmul(x, y, w):
+    return (x * y.sum(axis=1, keepdims=True)) @ w
+
+
+@program(x=("m", "k"), y=("m", "k"), w=("k", "n"))
+def reduce_div_matmul(x, y, w):
+    return (x / y.sum(axis=1, keepdims=True)) @ w
+
+
+@program(x=("m", "k"), w1=("k", "n"), w2=("k", "n"))
+def gated_projection(x, w1, w2):
+    return F.silu(x @ w1) * (x @ w2)
+
+
+@program(x=("m", "k"), w1=("k", "n"), w2=("k", "n"), w3=("n", "k"))
+def gated_mlp(x, w1, w2, w3):
+    return (F.silu(x @ w1) * (x @ w2)) @ w3
+
+
+@program(q=("kv", "g", "s", "d"), k=("kv", 1, "t", "d"), v=("kv", 1, "t", "d"))
+def gqa(q, k, v):
+    return _softmax(q @ k.transpose(0, 1, 3, 2)) @ v
+
+
+# --- shape cases ---------------------------------------------------------------------------
+def _grid(**axes) -> dict[str, dict[str, int]]:
+    names = list(axes)
+    return {"_".join(f"{n}{v}" for n, v in zip(names, values)): dict(zip(names, values))
+            for values in itertools.product(*axes.values())}
+
+
+ROWS = (128, 512, 1024, 2048, 4096)
+COLS = (128, 512, 1024, 4096, 8192)
+SINGLE = {"small": {"m": 128, "n": 512}, "quick": {"m": 1024, "n": 4096}, **_grid(m=ROWS, n=COLS)}
+CUMSUM = {**SINGLE, "llama3_vocab": {"m": 128, "n": 128256}, "qwen_vocab": {"m": 128, "n": 151936}}
+ROPE = {"small": {"m": 128, "h": 64}, "quick": {"m": 128, "h": 2048},
+        **{f"m{m}_d{2 * h}": {"m": m, "h": h} for m, h in itertools.product(ROWS, (64, 256, 512, 2048, 4096))},
+        "rope_128x4096": {"m": 128, "h": 2048}, "rope_128x32768": {"m": 128, "h": 16384}}
+MATMUL = {"small": {"m": 128, "k": 256, "n": 512}, "quick": {"m": 1024, "k": 4096, "n": 4096},
+          **_grid(m=(128, 1024, 4096), k=(1024, 4096, 8192), n=(1024, 4096, 8192)),
+          "llama3_8b_attn_proj": {"m": 2048, "k": 4096, "n": 4096},
+          "llama3_8b_mlp_up": {"m": 2048, "k": 4096, "n": 14336},
+          "llama3_70b_mlp_up": {"m": 2048, "k": 8192, "n": 28672}}
+GATED = {"small": {"m": 128, "k": 256, "n": 512}, "quick": {"m": 1024, "k": 2048, "n": 4096},
+         **_grid(m=(128, 1024, 4096), k=(1024, 4096, 8192), n=(1024, 4096, 8192)),
+         "llama3_8b": {"m": 2048, "k": 4096, "n": 14336}, "llama3_70b": {"m": 2048, "k": 8192, "n": 28672}}
+HEADS = {"llama3_8b": {"kv": 8, "g": 4}, "llama3_70b": {"kv": 8, "g": 8}, "small_model": {"kv": 2, "g": 4}}
+GQA = {"small": {"kv": 2, "g": 2, "s": 128, "t": 128, "d": 64},
+       "quick": {"kv": 8, "g": 4, "s": 512, "t": 2048, "d": 128},
+       **{f"{model}_s{s}_t{t}": {**heads, "s": s, "t": t, "d": 128}
+          for model, heads in HEADS.items() for s in (128, 512, 2048) for t in (512, 2048, 8192)}}
+
+SUITE: dict[str, Benchmark] = {
+    b.name: b
+    for b in [
+        Benchmark("relu", "single", relu, SINGLE),
+        Benchmark("silu", "single", silu, SINGLE),
+        Benchmark("mul", "single", mul, SINGLE),
+        Benchmark("softmax", "single", softmax, SINGLE),
+        Benchmark("rmsnorm", "single", rmsnorm, SINGLE),
+        Benchmark("layernorm", "single", layernorm, SINGLE),
+        Benchmark("cumsum", "single", cumsum, CUMSUM),
+        Benchmark("rope", "single", rope, ROPE),
+        Benchmark("matmul", "multi", matmul, MATMUL),
+        Benchmark("transpose_matmul", "multi", transpose_matmul, MATMUL),
+        Benchmark("matmul_transpose", "multi", matmul_transpose, MATMUL),
+        Benchmark("relu_matmul", "multi", relu_matmul, MATMUL),
+        Benchmark("silu_matmul", "multi", silu_matmul, MATMUL),
+        Benchmark("rmsnorm_matmul", "multi", rmsnorm_matmul, MATMUL),
+        Benchmark("softmax_matmul", "multi", softmax_matmul, MATMUL),
+        Benchmark("reduce_mul_matmul", "multi", reduce_mul_matmul, MATMUL),
+        Benchmark("reduce_div_matmul", "multi", reduce_div_matmul, MATMUL),
+        Benchmark("gated_projection", "multi", gated_projection, GATED),
+        Benchmark("gated_mlp", "multi", gated_mlp, GATED),
+        Benchmark("gqa", "multi", gqa, GQA),
+    ]
+}
+
+
+def get(name: str) -> Benchmark:
+    if name not in SUITE:
+        raise InputError(f"no benchmark named {name!r}; benchmarks: {', '.join(SUITE)}")
+    return SUITE[name]
+
+
+def benchmark(name: str) -> Program:
+    """The program of a benchmark, e.g. `axon.benchmark("rmsnorm_matmul")`."""
+    return get(name).program
