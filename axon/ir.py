@@ -7,7 +7,7 @@ is a program: named inputs, outputs, and the size preconditions its operators ne
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Iterable, Iterator
 
 from axon.semantics.ops import OP_SPECS, InputParams, Op, Params
@@ -80,6 +80,19 @@ def toposort(outputs: Iterable[Node]) -> list[Node]:
     return order
 
 
+def format_params(params) -> str:
+    """`axis=1 keepdims=True` rather than the dataclass repr."""
+    if is_dataclass(params):
+        return " ".join(f"{f.name}={_format_value(getattr(params, f.name))}" for f in fields(params))
+    return str(params)
+
+
+def _format_value(value) -> str:
+    if isinstance(value, tuple) and value and isinstance(value[0], Size):
+        return format_shape(value)
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Graph:
     inputs: tuple[Node, ...]  # INPUT nodes in parameter order
@@ -115,7 +128,7 @@ class Graph:
                 continue
             names[node] = f"t{len(lines) - 1}"
             args = ", ".join(names[i] for i in node.inputs)
-            extra = "" if node.params is None else f"  {node.params}"
+            extra = "" if node.params is None else "  " + format_params(node.params)
             lines.append(f"  {names[node]}{format_shape(node.shape)} = {node.op.value}({args}){extra}")
         lines.append("outputs: " + ", ".join(names[o] for o in self.outputs))
         return "\n".join(lines)

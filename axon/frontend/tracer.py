@@ -49,8 +49,8 @@ class Trace:
         return Tensor(node, self)
 
 
-def _unsupported(what: str):
-    raise UnsupportedError(f"{_user_location()}{what} is not supported in an axon program")
+def _unsupported(what: str, hint: str = ""):
+    raise UnsupportedError(f"{_user_location()}{what} is not supported in an axon program" + (f"; {hint}" if hint else ""))
 
 
 class Tensor:
@@ -118,7 +118,7 @@ class Tensor:
             return self.trace.apply(Op.RECIPROCAL, [self])
         if exponent == -0.5:
             return self.trace.apply(Op.RSQRT, [self])
-        _unsupported(f"x ** {exponent!r} (supported exponents: 2, 0.5, -1, -0.5)")
+        _unsupported(f"x ** {exponent!r}", "supported exponents are 2, 0.5, -1 and -0.5")
 
     # -- reductions and scans -------------------------------------------------------------
     def _axes(self, axis) -> list[int]:
@@ -190,11 +190,11 @@ class Tensor:
                 new_shape.append(Size.of(1))
                 continue
             if not isinstance(k, slice):
-                _unsupported(f"indexing with {type(k).__name__} (use slices, '...' and None)")
+                _unsupported(f"indexing with {type(k).__name__}", "use slices, '...' and None")
             start, stop, step = k.start or 0, k.stop, 1 if k.step is None else k.step
             for v in (start, stop, step):
                 if v is not None and (not isinstance(v, int) or v < 0):
-                    _unsupported(f"slice bound {v!r} (bounds must be non-negative integers)")
+                    _unsupported(f"slice bound {v!r}", "bounds must be non-negative integers")
             if step == 0:
                 raise ShapeError(f"{_user_location()}slice step cannot be zero")
             slices.append((start, stop, step))
@@ -211,10 +211,10 @@ class Tensor:
 
     # -- what a traced value cannot do ----------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        _unsupported(f"NumPy function np.{ufunc.__name__}; use the axon function of that name (e.g. axon.exp)")
+        _unsupported(f"NumPy function np.{ufunc.__name__}", "use axon's function of that name (e.g. axon.exp)")
 
     def __array_function__(self, func, types, args, kwargs):
-        _unsupported(f"NumPy function np.{func.__name__}; use tensor methods or axon functions")
+        _unsupported(f"NumPy function np.{func.__name__}", "use tensor methods or axon functions")
 
     def __bool__(self):
         _unsupported("using a traced tensor as a truth value (data-dependent control flow)")
@@ -231,7 +231,7 @@ class Tensor:
     __hash__ = object.__hash__  # tensors are used as dict keys by identity
 
     def __eq__(self, other):
-        _unsupported("comparison operators")
+        _unsupported("a comparison operator")
 
     __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __eq__
 
