@@ -48,3 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("axon: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        sys.stderr.close()
+        return 0

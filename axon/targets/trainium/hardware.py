@@ -4,12 +4,21 @@ One source of truth for every Trainium number: the simulator's rule checks, the 
 model, tiling and emission all read from here. Each number names its source; where sources
 disagree the choice and the reason stand next to the number.
 Sources: AWS Neuron docs (nki/guides/architecture/trainium_inferentia2_arch.rst,
-trainium2_arch.rst, nki/api/nki.isa.rst, nki.isa docstrings at docs tag v2.26.0), as gathered
-in shared/trainium.md.
+trainium2_arch.rst, nki/api/nki.isa.rst, nki.isa docstrings at docs tag v2.26.0,
+nki-dma-overview.rst, nki-dma-bandwidth-guide.rst), as gathered in shared/trainium.md.
+Short tags in the comments: [arch] architecture guide, [isa] nki.isa docstring "estimated
+instruction cost" notes, [dma-bw] DMA bandwidth guide, [perf] NKI performance guide,
+[mm-tut] the NKI matrix-multiplication tutorial.
+
+Invariant: this module holds numbers and formulas as data only; the performance model
+(`perfmodel.py`) is the one interpreter of `CostFormula` and `DmaSpec`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from dataclasses import dataclass, field
+
+from axon.targets.trainium.trace import Engine
 
 
 @dataclass(frozen=True)
@@ -34,12 +43,172 @@ class TileLimits:
     bn_stats_free_max: int = 512
 
 
+# ---------------------------------------------------------------------------------------------
+# Engines and per-instruction costs
+# ---------------------------------------------------------------------------------------------
+
+MIN_II = 64  # minimum initiation interval of a Vector/Scalar/GpSimd instruction, cycles [isa]
+
+
+class CostBasis(enum.Enum):
+    """What N in a cost formula is measured from."""
+
+    FREE = "free"  # N = elements per partition the instruction processes
+    MATMUL = "matmul"  # N = max(min(64, stationary free size), moving free size) [isa nc_matmul]
+    TRANSPOSE = "transpose"  # N = max(partitions, min(64, free size)) [isa nc_transpose]
+
+
+class FastPath(enum.Enum):
+    """Conditions under which an instruction runs at `fast_mult` instead of `mult` cycles/elem."""
+
+    NONE = "none"
+    # tensor_tensor: 1 cycle/elem when one input is in PSUM, or for bf16/fp16 add/mul/sub [isa]
+    PSUM_INPUT_OR_HALF_ARITH = "psum_input_or_half_arith"
+    # tensor_reduce: N/2 for bf16 add/max [isa]
+    HALF_ADD_MAX = "half_add_max"
+
+
+@dataclass(frozen=True)
+class CostFormula:
+    """Engine cycles of one instruction: max(floor, mult * N) * dtype factor + add.
+
+    `fp32_mult` applies when the instruction's dtype is float32 (TensorE runs fp32 at 1/4 rate).
+    The model adds the engine's fixed access-start cost and the static overhead on top.
+    """
+
+    basis: CostBasis = CostBasis.FREE
+    mult: float = 1.0
+    floor: int = 0
+    add: int = 0
+    fp32_mult: float = 1.0
+    fast_mult: float = 1.0
+    fast_when: FastPath = FastPath.NONE
+    source: str = "isa"
+
+
+# Per-opcode cost formulas, keyed by the nki.isa instruction name the trace records [isa, as
+# tabulated in shared/trainium.md "Instruction costs"]. Opcodes not listed cost DEFAULT_COST.
+COSTS: dict[str, CostFormula] = {
+    # max(min(64, N_stationary), N_moving) for bf16/fp16/tf32/fp8; 4x for fp32 [isa nc_matmul]
+    "nc_matmul": CostFormula(basis=CostBasis.MATMUL, fp32_mult=4.0),
+    "nc_transpose": CostFormula(basis=CostBasis.TRANSPOSE),  # TensorE transpose [isa]
+    "activation": CostFormula(floor=MIN_II),  # scale and bias are free [isa]
+    "activation_reduce": CostFormula(floor=MIN_II, add=MIN_II),
+    "tensor_scalar_reduce": CostFormula(floor=MIN_II, add=MIN_II),
+    "tensor_scalar": CostFormula(floor=MIN_II),  # one or two ops cost the same [isa]
+    "tensor_copy": CostFormula(floor=MIN_II),
+    "memset": CostFormula(floor=MIN_II),
+    "tensor_tensor": CostFormula(mult=2.0, floor=MIN_II, fast_mult=1.0,
+                                 fast_when=FastPath.PSUM_INPUT_OR_HALF_ARITH),
+    "tensor_reduce": CostFormula(mult=1.0, fast_mult=0.5, fast_when=FastPath.HALF_ADD_MAX),
+    "tensor_tensor_scan": CostFormula(mult=2.0, floor=MIN_II),
+    "scalar_tensor_tensor": CostFormula(mult=2.0),
+    "reciprocal": CostFormula(mult=8.0, floor=MIN_II),
+    "iota": CostFormula(add=150),  # GpSimd: 150 + N [isa]
+    "affine_select": CostFormula(add=150),
+}
+# Unknown opcodes: the common streaming cost max(MIN_II, N) (the cost of copy/tensor_scalar).
+DEFAULT_COST = CostFormula(floor=MIN_II, source="default: streaming max(MIN_II, N)")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    clock_ghz: float
+    # Fixed cycles to start any SBUF/PSUM access, paid by every instruction [isa rules of thumb:
+    # "~60 cycles"]. TensorE uses its documented ~64-cycle matmul init latency instead [isa].
+    access_start_cycles: int = 60
+
+
+@dataclass(frozen=True)
+class OverheadRules:
+    """Static per-instruction overhead [isa rules of thumb]: add ~100 cycles when N << 128 or
+    when an instruction depends on the one just before it on the same engine."""
+
+    static_cycles: int = 100
+    # "N << 128": we read it as fewer than half the 128 lanes' worth of elements per partition.
+    small_n_threshold: int = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# DMA and HBM
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DmaSpec:
+    """The DMA subsystem of one NeuronCore.
+
+    Model (interpreted by perfmodel): a transfer holds one of `queues` queues for
+    `fixed_ns + data time`; data time is bytes / (bandwidth * efficiency), where bandwidth is the
+    aggregate engine bandwidth (capped by HBM for transfers touching HBM) shared by all transfers
+    in flight, and efficiency depends on the contiguous bytes per partition (descriptor size):
+    efficiency(s) = s / (s + half_efficiency_bytes), one per-descriptor overhead expressed in bytes.
+    """
+
+    engines: int  # DMA engines per core [dma-bw]
+    queues: int  # queues the model schedules transfers on (16 per engine exist [arch])
+    bytes_per_ns_per_engine: float  # [dma-bw]
+    fixed_ns: float  # descriptor, semaphore and start cost per transfer [dma-bw]
+    half_efficiency_bytes: int  # per-descriptor overhead in bytes: efficiency 50% at this size
+    transpose_efficiency: float = 1.0  # DMA transpose throughput relative to a copy
+
+    @property
+    def bytes_per_ns(self) -> float:
+        return self.engines * self.bytes_per_ns_per_engine
+
+    def efficiency(self, contiguous_bytes: float) -> float:
+        s = max(float(contiguous_bytes), 1.0)
+        return s / (s + self.half_efficiency_bytes)
+
+
+# Per-descriptor overhead. The bandwidth guide gives the curve's shape, not a number: < 256 B per
+# partition "severely overhead-bound", 256 B - 2 KiB "improving but below peak", >= 2 KiB
+# "approaches peak", >= 4 KiB "saturates" [dma-bw]. We put the 50% point at 1 KiB, the middle of
+# the "improving" band on a log scale (e(256 B) = 0.2, e(2 KiB) = 0.67, e(4 KiB) = 0.8). The
+# tutorial's DMA-bound kernels move 1 KiB/partition tiles at ~100 GB/s of 272 GB/s ([mm-tut],
+# derived: 42.96 ms for 4.36 GB), i.e. ~0.37, so this choice is on the optimistic side; we did not
+# tune it to those kernels (see benchmarks/results/matmul_tutorial_fidelity.md).
+_HALF_EFFICIENCY_BYTES = 1024
+
+
+class DType(enum.Enum):
+    """Peak-rate classes of the Tensor Engine."""
+
+    HALF = "half"  # bfloat16, float16, tfloat32
+    FP8 = "fp8"
+    FP32 = "fp32"
+
+
+def matmul_rate_class(dtype: str) -> DType:
+    if dtype in ("float32", "fp32"):
+        return DType.FP32
+    if dtype.startswith("float8") or dtype.startswith("fp8"):
+        return DType.FP8
+    return DType.HALF
+
+
 @dataclass(frozen=True)
 class HardwareDescription:
     name: str  # "trn1" or "trn2"
     core: str  # "NeuronCore-v2" / "NeuronCore-v3"
     memory: MemoryLimits
     tiles: TileLimits
+    engines: dict[Engine, EngineSpec] = field(default_factory=dict)
+    dma: DmaSpec | None = None
+    hbm_bytes_per_ns: float = 0.0  # HBM bandwidth available to one core (chip / cores)
+    tensor_peak_flops: dict[DType, float] = field(default_factory=dict)  # per core, FLOP/s
+    overhead: OverheadRules = OverheadRules()
+
+    def clock_ghz(self, engine: Engine) -> float:
+        return self.engines[engine].clock_ghz
+
+    def cost(self, opcode: str) -> CostFormula:
+        return COSTS.get(opcode, DEFAULT_COST)
+
+
+def _peak(clock_ghz: float) -> float:
+    # 128 x 128 systolic array, one multiply-add (2 FLOP) per PE per cycle at bf16 [arch].
+    return 2 * 128 * 128 * clock_ghz * 1e9
 
 
 TRN1 = HardwareDescription(
@@ -49,6 +218,23 @@ TRN1 = HardwareDescription(
     memory=MemoryLimits(partitions=128, sbuf_bytes_per_partition=180224,
                         psum_bytes_per_partition=16384, psum_bank_bytes=2048, psum_banks=8),
     tiles=TileLimits(),
+    engines={  # clocks [arch trainium_inferentia2_arch]
+        Engine.TENSOR: EngineSpec(clock_ghz=2.8, access_start_cycles=64),
+        Engine.VECTOR: EngineSpec(clock_ghz=1.12),
+        Engine.SCALAR: EngineSpec(clock_ghz=1.4),
+        Engine.GPSIMD: EngineSpec(clock_ghz=1.4),
+    },
+    # 16 engines x 17 B/ns = 272 GB/s [dma-bw]. The arch guide's "27 GiB/s per engine" would give
+    # 464 GB/s, above the core's HBM share (410 GB/s); we take the newer bandwidth guide, which
+    # gives per-engine figures for all generations in one table. Fixed cost ~1300 ns [dma-bw].
+    dma=DmaSpec(engines=16, queues=16, bytes_per_ns_per_engine=17.0, fixed_ns=1300.0,
+                half_efficiency_bytes=_HALF_EFFICIENCY_BYTES),
+    # 820 GB/s per chip, 2 cores [arch]; the tutorial's ridge point 222 FLOP/B x 92 TFLOPS
+    # = 414 GB/s agrees [mm-tut].
+    hbm_bytes_per_ns=410.0,
+    # 92 TFLOPS bf16/fp16/tf32, 23 fp32 per core [arch]; 2*128*128*2.8 GHz = 91.75 TFLOPS. No FP8
+    # speed-up on v2 (performance mode unsupported [isa nc_matmul]).
+    tensor_peak_flops={DType.HALF: _peak(2.8), DType.FP8: _peak(2.8), DType.FP32: _peak(2.8) / 4},
 )
 
 TRN2 = HardwareDescription(
@@ -58,6 +244,22 @@ TRN2 = HardwareDescription(
     memory=MemoryLimits(partitions=128, sbuf_bytes_per_partition=212984,
                         psum_bytes_per_partition=16384, psum_bank_bytes=2048, psum_banks=8),
     tiles=TileLimits(),
+    engines={  # clocks [arch trainium2_arch]
+        Engine.TENSOR: EngineSpec(clock_ghz=2.4, access_start_cycles=64),
+        Engine.VECTOR: EngineSpec(clock_ghz=0.96),
+        Engine.SCALAR: EngineSpec(clock_ghz=1.2),
+        Engine.GPSIMD: EngineSpec(clock_ghz=1.2),
+    },
+    # 16 engines x 23 B/ns = 368 GB/s [dma-bw]; ~600 ns fixed cost with hardware descriptor
+    # generation [dma overview]: NKI DMAs from HBM use it on v3, so we take 600, not 1300.
+    # DMA transpose runs at ~90% of copy throughput HBM->SBUF [arch trainium2_arch].
+    dma=DmaSpec(engines=16, queues=16, bytes_per_ns_per_engine=23.0, fixed_ns=600.0,
+                half_efficiency_bytes=_HALF_EFFICIENCY_BYTES, transpose_efficiency=0.9),
+    # 2.9 TB/s per chip, 8 cores [arch trainium2_arch]; one page says 3 TB/s. We keep the
+    # architecture guide's number, the primary source for v3 (the two differ by 3%).
+    hbm_bytes_per_ns=2900.0 / 8,
+    # 79 TFLOPS bf16, 158 fp8 (double_row performance mode), 20 fp32 per core [arch].
+    tensor_peak_flops={DType.HALF: _peak(2.4), DType.FP8: 2 * _peak(2.4), DType.FP32: _peak(2.4) / 4},
 )
 
 TARGETS = {hw.name: hw for hw in (TRN1, TRN2)}

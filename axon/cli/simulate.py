@@ -1,0 +1,91 @@
+"""`axon simulate KERNEL.py[:FUNC]`: run an NKI kernel on the CPU simulator and print its
+estimated NeuronCore latency, per-engine utilisation and roofline fraction (the logic lives in
+axon.targets.trainium.runner; this module parses and prints)."""
+from __future__ import annotations
+
+import json
+import signal
+
+from axon.errors import InputError, KernelError
+
+NAME = "simulate"
+HELP = "simulate an NKI kernel on the CPU and estimate its latency on a NeuronCore"
+
+_ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("kernel", metavar="KERNEL.py[:FUNC]",
+                        help="kernel file; FUNC names the kernel function when the file has several")
+    parser.add_argument("--target", choices=("trn1", "trn2"), default="trn2", help="NeuronCore to model (default trn2)")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=SHAPE:DTYPE",
+                        help="a parameter filled with seeded random data, e.g. a=4096x8192:bfloat16 (repeatable)")
+    parser.add_argument("--inputs", metavar="FILE.npz", help="arrays named after the kernel's parameters")
+    parser.add_argument("--reference", metavar="FILE.py:FUNC",
+                        help="NumPy function taking the same named arrays; the output is checked against it")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="skip the numerics (no data, no reference check): trace and timing only")
+    parser.add_argument("--trace", metavar="OUT.json", help="write the engine timeline (Chrome/Perfetto JSON)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="give up after this long (default 600)")
+
+
+def _fmt_ns(ns: float) -> str:
+    if ns >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} us"
+    return f"{ns:.0f} ns"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _on_timeout(signum, frame):
+    raise KernelError("simulation timed out (raise --timeout, or use --timing-only for large inputs)")
+
+
+def run(args) -> int:
+    from axon.targets.trainium.runner import parse_input_spec, run as run_kernel
+
+    given = {}
+    for text in args.input:
+        name, spec = parse_input_spec(text)
+        if name in given:
+            raise InputError(f"--input {name} given twice")
+        given[name] = spec
+    if args.timeout <= 0:
+        raise InputError("--timeout must be positive")
+    previous = signal.signal(signal.SIGALRM, _on_timeout)
+    signal.setitimer(signal.ITIMER_REAL, args.timeout)
+    try:
+        report = run_kernel(args.kernel, given, target=args.target, timing_only=args.timing_only,
+                            reference=args.reference, seed=args.seed, trace_path=args.trace, npz=args.inputs)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 0 if report.reference_ok is not False else 1
+    e = report.estimate
+    print(f"kernel    {report.kernel} on {report.target}")
+    print(f"latency   {_fmt_ns(e.latency_ns)}")
+    print(f"roofline  {_fmt_ns(e.roofline_ns)} ({100 * e.roofline_fraction:.1f}% of roofline; "
+          f"compute {_fmt_ns(e.roofline_compute_ns)}, memory {_fmt_ns(e.roofline_memory_ns)})")
+    print("engine    busy          utilisation")
+    for name in _ENGINES:
+        print(f"  {name:7s} {_fmt_ns(e.engine_busy_ns.get(name, 0.0)):>12s}  {100 * e.utilisation.get(name, 0.0):5.1f}%")
+    print(f"hbm       {_fmt_bytes(e.hbm_bytes)} moved ({_fmt_bytes(e.compulsory_hbm_bytes)} compulsory)")
+    print(f"trace     {e.instructions} instructions" + (f", timeline in {args.trace}" if args.trace else ""))
+    if e.uncosted_opcodes:
+        print(f"note      default cost for: {', '.join(e.uncosted_opcodes)}")
+    if report.reference_ok is not None:
+        verdict = "ok" if report.reference_ok else "MISMATCH"
+        print(f"reference {verdict} (max abs err {report.max_abs_err:.4g})")
+    return 0 if report.reference_ok is not False else 1

@@ -1,0 +1,259 @@
+"""Run an NKI kernel on the CPU simulator, estimate its time on a NeuronCore, check its output.
+
+`run(kernel, inputs, target, timing_only, reference)` is what `axon simulate` and Axon's selection
+stage call: simulate (numpy semantics + instruction trace), estimate (perfmodel), and compare the
+outputs with a NumPy reference. Inputs are arrays, `ShapeDtype`s, or `InputSpec`s (shape and dtype
+to fill with seeded random data; in timing-only mode they stay shapes and no data is made).
+
+Invariant: the same kernel, inputs, target and seed give the same report.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from axon.errors import InputError, KernelError
+from axon.targets.trainium.hardware import get_target
+from axon.targets.trainium.perfmodel import Estimate, estimate, write_perfetto
+
+_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int8", "uint8",
+           "int16", "uint16", "uint32", "tfloat32")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A shape and dtype to fill with random data (standard normal for floats)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    if name == "tfloat32":
+        name = "float32"  # stored as fp32; TensorE reads it at the tf32 rate
+    if name in ("bfloat16", "float8_e4m3", "float8_e5m2"):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, "float8_e4m3fn" if name == "float8_e4m3" else name))
+    try:
+        return np.dtype(name)
+    except TypeError:
+        raise InputError(f"unknown dtype {name!r}; expected one of {', '.join(_DTYPES)}") from None
+
+
+_SPEC = re.compile(r"^([A-Za-z_]\w*)=(\d+(?:x\d+)*):(\w+)$")
+
+
+def parse_input_spec(text: str) -> tuple[str, InputSpec]:
+    """`NAME=D0xD1x...:DTYPE`, e.g. `lhsT=8192x4096:bfloat16`."""
+    m = _SPEC.match(text.strip())
+    if not m:
+        raise InputError(f"bad --input {text!r}; expected NAME=SHAPE:DTYPE, e.g. a=4096x8192:bfloat16")
+    name, dims, dtype = m.groups()
+    if dtype not in _DTYPES:
+        raise InputError(f"bad --input {text!r}: unknown dtype {dtype!r}; expected one of {', '.join(_DTYPES)}")
+    shape = tuple(int(d) for d in dims.split("x"))
+    if any(d == 0 for d in shape):
+        raise InputError(f"bad --input {text!r}: zero-sized dimension")
+    return name, InputSpec(shape, dtype)
+
+
+def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise InputError(f"--inputs file not found: {path}") from None
+    except (OSError, ValueError) as err:
+        raise InputError(f"cannot read --inputs {path}: {err}") from None
+
+
+def _random(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
+    dt = numpy_dtype(spec.dtype)
+    if np.issubdtype(dt, np.integer):
+        return rng.integers(-8, 8, size=spec.shape).astype(dt)
+    return rng.standard_normal(spec.shape, dtype=np.float32).astype(dt)
+
+
+def resolve_inputs(params: tuple[str, ...] | list[str], given: dict[str, Any], *, timing_only: bool,
+                   seed: int = 0) -> dict[str, Any]:
+    """Map every kernel parameter to an array (or a ShapeDtype in timing-only mode)."""
+    from axon.targets.trainium.simulator import ShapeDtype
+
+    unknown = sorted(set(given) - set(params))
+    if unknown:
+        raise InputError(f"input(s) {', '.join(unknown)} are not parameters of the kernel ({', '.join(params)})")
+    missing = [p for p in params if p not in given]
+    if missing:
+        raise InputError(f"missing input(s) for kernel parameter(s): {', '.join(missing)} "
+                         f"(give --input NAME=SHAPE:DTYPE or --inputs FILE.npz)")
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {}
+    for p in params:
+        value = given[p]
+        if isinstance(value, InputSpec):
+            value = ShapeDtype(value.shape, value.dtype) if timing_only else _random(value, rng)
+        out[p] = value
+    return out
+
+
+def load_reference(ref: str | Callable) -> Callable:
+    """`FILE.py:FUNC` (a NumPy function taking the kernel's arrays by name) or a callable."""
+    if callable(ref):
+        return ref
+    path, _, func = str(ref).rpartition(":")
+    if not path or not func:
+        raise InputError(f"bad --reference {ref!r}; expected FILE.py:FUNC")
+    if not Path(path).is_file():
+        raise InputError(f"reference file not found: {path}")
+    spec = importlib.util.spec_from_file_location(f"_axon_reference_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # a user's file: report, don't crash
+        raise InputError(f"cannot import reference {path}: {type(err).__name__}: {err}") from None
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise InputError(f"reference {path} has no function {func!r}")
+    return fn
+
+
+def _widen(a):
+    """Low-precision floats (bf16, fp16, fp8) reach the reference as float32 arrays."""
+    if isinstance(a, np.ndarray) and (a.dtype.kind == "V" or (a.dtype.kind == "f" and a.dtype.itemsize < 4)):
+        return a.astype(np.float32)
+    return a
+
+
+def _as_list(value) -> list[np.ndarray]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return [np.asarray(v) for v in value.values()]
+    if isinstance(value, (tuple, list)):
+        return [np.asarray(v) for v in value]
+    return [np.asarray(value)]
+
+
+def _eps(dtype: np.dtype) -> float:
+    if np.issubdtype(dtype, np.integer):
+        return 0.0
+    try:
+        return float(np.finfo(dtype).eps)
+    except (TypeError, ValueError):
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dtype).eps)
+
+
+def check_outputs(outputs, expected) -> tuple[bool, float]:
+    """Compare kernel outputs with the reference's, elementwise:
+    |out - ref| <= rtol * |ref| + atol, with rtol = 4 eps and atol = 2 eps * max|ref| for the
+    output's dtype (eps at least 2.5e-6, so float32 tolerates accumulation-order differences):
+    a few roundings to the output precision, of the element and of partial sums on its scale."""
+    got, want = _as_list(outputs), _as_list(expected)
+    if len(got) != len(want):
+        raise InputError(f"kernel returned {len(got)} output(s), reference returned {len(want)}")
+    ok, worst = True, 0.0
+    for g, w in zip(got, want):
+        if g.shape != w.shape:
+            raise InputError(f"output shape {g.shape} differs from the reference's {w.shape}")
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        err = np.abs(g64 - w64)
+        if err.size == 0:
+            continue
+        if np.isnan(err).any():
+            ok, worst = False, float("nan")
+            continue
+        worst = max(worst, float(err.max()))
+        eps = max(_eps(g.dtype), 2.5e-6) if not np.issubdtype(g.dtype, np.integer) else 0.0
+        tol = 4 * eps * np.abs(w64) + 2 * eps * float(np.abs(w64).max())
+        if not np.all(err <= tol):
+            ok = False
+    return ok, worst
+
+
+@dataclass(frozen=True)
+class RunReport:
+    kernel: str
+    target: str
+    estimate: Estimate
+    outputs: Any
+    reference_ok: bool | None
+    max_abs_err: float | None
+
+    def to_json(self) -> dict:
+        e = self.estimate
+        return {
+            "kernel": self.kernel,
+            "target": self.target,
+            "latency_ns": e.latency_ns,
+            "roofline_ns": e.roofline_ns,
+            "roofline_fraction": e.roofline_fraction,
+            "roofline_compute_ns": e.roofline_compute_ns,
+            "roofline_memory_ns": e.roofline_memory_ns,
+            "engine_busy_ns": dict(e.engine_busy_ns),
+            "utilisation": dict(e.utilisation),
+            "hbm_bytes": e.hbm_bytes,
+            "compulsory_hbm_bytes": e.compulsory_hbm_bytes,
+            "dma_bytes": e.dma_bytes,
+            "flops": e.flops,
+            "instructions": e.instructions,
+            "uncosted_opcodes": list(e.uncosted_opcodes),
+            "reference_ok": self.reference_ok,
+            "max_abs_err": self.max_abs_err,
+        }
+
+
+def _load(kernel) -> Any:
+    from axon.targets.trainium.simulator import load_kernel
+
+    if hasattr(kernel, "params") and hasattr(kernel, "path"):
+        return kernel
+    text = str(kernel)
+    if "\n" in text:  # kernel source: give the simulator a file to read (line numbers stay right)
+        tmp = Path(tempfile.mkdtemp(prefix="axon_kernel_")) / "kernel.py"
+        tmp.write_text(text)
+        return load_kernel(str(tmp))
+    path, func = text, None
+    if ":" in text and not Path(text).is_file():
+        path, _, func = text.rpartition(":")
+    if not Path(path).is_file():
+        raise InputError(f"kernel file not found: {path}")
+    return load_kernel(path, func or None)
+
+
+def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool = False,
+        reference: str | Callable | None = None, *, seed: int = 0, trace_path: str | Path | None = None,
+        npz: str | Path | None = None) -> RunReport:
+    """Simulate `kernel` (a Kernel, a `FILE.py[:FUNC]` path, or source text) and estimate it."""
+    from axon.targets.trainium.simulator import simulate
+
+    hw = get_target(target)
+    k = _load(kernel)
+    given = dict(load_npz(npz)) if npz else {}
+    given.update(inputs)
+    args = resolve_inputs(k.params, given, timing_only=timing_only, seed=seed)
+    result = simulate(k, args, target=hw.name, timing_only=timing_only)
+    est = estimate(result.trace, hw, keep_schedule=trace_path is not None)
+    if trace_path is not None:
+        try:
+            write_perfetto(est, trace_path)
+        except OSError as err:
+            raise InputError(f"cannot write trace {trace_path}: {err}") from None
+    ok = err = None
+    if reference is not None and not timing_only:
+        fn = load_reference(reference)
+        try:
+            expected = fn(**{name: _widen(a) for name, a in args.items()})
+        except Exception as exc:
+            raise KernelError(f"reference {getattr(fn, '__name__', fn)} failed: {type(exc).__name__}: {exc}") from None
+        ok, err = check_outputs(result.outputs, expected)
+    return RunReport(kernel=getattr(k, "name", str(kernel)), target=hw.name, estimate=est,
+                     outputs=None if timing_only else result.outputs, reference_ok=ok, max_abs_err=err)

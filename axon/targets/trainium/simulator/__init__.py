@@ -1,0 +1,274 @@
+"""The NKI CPU simulator: runs NKI kernel source files (current `nki` API and beta-1
+`neuronxcc.nki` API) with NumPy, checks Trainium's hardware rules, and records one trace
+`Instruction` per hardware instruction for the performance model.
+
+    kernel = load_kernel("examples/nki/tensor_add_beta1.py")
+    result = simulate(kernel, {"a": a, "b": b}, target="trn2")
+    result.outputs, result.trace, result.hbm_bytes
+
+Invariants: a simulation's state lives in its `SimContext` only; every kernel problem surfaces
+as one `KernelError` whose message starts with `path:line:`; runaway kernels stop at an
+instruction cap or a wall-clock limit.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from axon.errors import InputError, KernelError
+from axon.targets.trainium.hardware import HardwareDescription, get_target
+from axon.targets.trainium.trace import Instruction
+
+from . import dtypes
+from .context import SimContext
+from .loader import Jit, execute
+from .memory import Tile, wrap_array
+
+__all__ = ["Kernel", "ShapeDtype", "SimResult", "load_kernel", "simulate", "simulate_source"]
+
+
+@dataclass(frozen=True)
+class ShapeDtype:
+    """An input known only by shape and dtype (timing-only mode)."""
+
+    shape: tuple
+    dtype: object = "float32"
+
+
+@dataclass
+class Kernel:
+    name: str
+    params: list[str]
+    path: str
+    source: str = field(repr=False)
+    code: object = field(repr=False, default=None)
+    defaults: dict = field(repr=False, default_factory=dict)
+
+
+@dataclass
+class SimResult:
+    outputs: object  # the kernel's return value(s) as NumPy arrays (data None in timing-only mode)
+    trace: list[Instruction]
+    hbm_bytes: int
+    arguments: dict = field(default_factory=dict)  # every HBM argument after the run, by name
+    sbuf_peak_bytes: int = 0  # peak live SBUF bytes per partition
+    psum_peak_bytes: int = 0  # peak live PSUM bytes per partition
+
+
+class _Timeout(BaseException):
+    """Raised asynchronously inside the simulating thread when the wall-clock limit passes
+    (PyThreadState_SetAsyncExc takes the class, so the message is added where it is caught)."""
+
+
+def _compile(source: str, path: str):
+    try:
+        return compile(source, path, "exec")
+    except SyntaxError as e:
+        raise KernelError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+
+
+def _find_function(ns: dict, path: str, function: str | None):
+    if function is not None:
+        fn = ns.get(function)
+        if fn is None:
+            raise KernelError(f"{path}: no function named {function!r}")
+        return fn
+    jitted = [v for v in ns.values() if isinstance(v, Jit)]
+    if len(jitted) == 1:
+        return jitted[0]
+    if not jitted:
+        raise KernelError(f"{path}: no @nki.jit kernel found; name the function to simulate")
+    names = ", ".join(j.fn.__name__ for j in jitted)
+    raise KernelError(f"{path}: several kernels ({names}); name the one to simulate")
+
+
+def _signature(fn) -> tuple[str, list[str], dict]:
+    raw = fn.fn if isinstance(fn, Jit) else fn
+    if not callable(raw) or not hasattr(raw, "__code__"):
+        raise KernelError(f"{raw!r} is not a kernel function")
+    code = raw.__code__
+    params = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    defaults = {}
+    if raw.__defaults__:
+        for name, value in zip(params[code.co_argcount - len(raw.__defaults__):], raw.__defaults__):
+            defaults[name] = value
+    if raw.__kwdefaults__:
+        defaults.update(raw.__kwdefaults__)
+    return raw.__name__, params, defaults
+
+
+def load_kernel(path: str, function: str | None = None) -> Kernel:
+    """Parse and load a kernel source file; `function` picks one of several kernels."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read kernel file {path}: {e.strerror}") from None
+    return _load(source, os.path.abspath(path), function)
+
+
+def _load(source: str, path: str, function: str | None) -> Kernel:
+    code = _compile(source, path)
+    from axon.targets.trainium.hardware import TRN2
+
+    ctx = SimContext(TRN2, path, timing_only=True, max_instructions=0)
+    ns = _run_guarded(ctx, lambda: execute(code, path, ctx), 30.0)
+    fn = _find_function(ns, path, function)
+    name, params, defaults = _signature(fn)
+    return Kernel(name, params, path, source, code, defaults)
+
+
+def _locate(exc: BaseException, path: str) -> int | None:
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == path:
+            line = frame.lineno
+    return line
+
+
+def _kernel_error(exc: BaseException, path: str) -> KernelError:
+    line = _locate(exc, path)
+    where = f"{path}:{line}" if line is not None else path
+    if isinstance(exc, KernelError):
+        msg = str(exc)
+        if msg.startswith(path + ":"):
+            return exc
+        return KernelError(f"{where}: {msg}")
+    if isinstance(exc, _Timeout):
+        return KernelError(f"{where}: {exc.args[0]}")
+    if isinstance(exc, RecursionError):
+        return KernelError(f"{where}: recursion too deep")
+    detail = str(exc)
+    kind = type(exc).__name__
+    return KernelError(f"{where}: {kind}{': ' + detail if detail else ''}")
+
+
+def _run_guarded(ctx, thunk, time_limit_s: float):
+    """Run `thunk`, converting every failure into a located KernelError; a watchdog thread
+    interrupts a kernel that runs longer than `time_limit_s`."""
+    tid = threading.get_ident()
+    state = {"running": True, "fired": False}
+    lock = threading.Lock()
+
+    def fire():
+        with lock:
+            if state["running"]:
+                state["fired"] = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(_Timeout))
+
+    timer = threading.Timer(time_limit_s, fire) if time_limit_s else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        with np.errstate(all="ignore"):
+            return thunk()
+    except InputError:
+        raise
+    except _Timeout as e:
+        e.args = (f"kernel did not finish within the {time_limit_s:g} s wall-clock limit "
+                  f"(infinite loop?)",)
+        raise _kernel_error(e, ctx.kernel_path) from None
+    except Exception as e:  # noqa: BLE001 - every kernel failure becomes one error
+        raise _kernel_error(e, ctx.kernel_path) from None
+    finally:
+        with lock:
+            state["running"] = False
+            if timer:
+                timer.cancel()
+            if state["fired"]:  # drop an exception that was raised but not yet delivered
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
+
+
+def _hbm_input(ctx, name, value, timing_only):
+    if isinstance(value, ShapeDtype):
+        if not timing_only:
+            raise InputError(f"input {name!r} has no data; ShapeDtype inputs need timing_only=True")
+        return wrap_array(ctx, np.empty(tuple(value.shape), dtype=dtypes.to_dtype(value.dtype)), name)
+    if isinstance(value, np.ndarray):
+        try:
+            dt = dtypes.to_dtype(value.dtype)
+        except KernelError as e:
+            raise InputError(f"input {name!r}: {e}") from None
+        return wrap_array(ctx, np.array(value, dtype=dt, copy=True), name)
+    return value  # scalars and other Python values pass through as meta-parameters
+
+
+def _return_line(source: str, name: str) -> int | None:
+    """The line of the kernel's first return statement, for errors about its outputs."""
+    import ast
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Return):
+                    return sub.lineno
+    return None
+
+
+def _to_output(value, where=""):
+    if isinstance(value, Tile):
+        if value.buf.init is not None:
+            ini = value.initialised()
+            if ini is not None and not ini.all():
+                raise KernelError(f"{where}kernel returns {value.buf.name or 'a tensor'} with "
+                                  f"{int((~ini).sum())} elements never written")
+        return np.array(value.values()) if value.arr is not None or value.idx is not None else None
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_output(v, where) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_output(v, where) for k, v in value.items()}
+    return value
+
+
+def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "trn2",
+             timing_only: bool = False, max_instructions: int = 5_000_000,
+             time_limit_s: float = 120.0) -> SimResult:
+    """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value)."""
+    hw = get_target(target) if isinstance(target, str) else target
+    missing = [p for p in kernel.params if p not in inputs and p not in kernel.defaults]
+    if missing:
+        raise InputError(f"kernel {kernel.name} needs inputs: {', '.join(missing)}")
+    extra = [k for k in inputs if k not in kernel.params]
+    if extra:
+        raise InputError(f"kernel {kernel.name} has no parameter(s): {', '.join(extra)}")
+    ctx = SimContext(hw, kernel.path, timing_only, max_instructions)
+
+    def run():
+        ns = execute(kernel.code, kernel.path, ctx)
+        fn = ns.get(kernel.name)
+        fn = fn.fn if isinstance(fn, Jit) else fn
+        args = {n: _hbm_input(ctx, n, v, timing_only) for n, v in inputs.items()}
+        ret = fn(**args)
+        if ctx.pending:
+            ctx.charge_pending()
+        line = _return_line(kernel.source, kernel.name) if not timing_only else None
+        out = None if timing_only else _to_output(ret, f"{kernel.path}:{line}: " if line else "")
+        if timing_only:
+            out = _shapes(ret)
+        hbm = {n: (None if timing_only else np.array(t.buf.data)) for n, t in args.items()
+               if isinstance(t, Tile)}
+        return out, hbm
+
+    outputs, arguments = _run_guarded(ctx, run, time_limit_s)
+    return SimResult(outputs, ctx.trace, ctx.hbm_bytes, arguments, ctx.sbuf_peak, ctx.psum_peak)
+
+
+def _shapes(value):
+    if isinstance(value, Tile):
+        return ShapeDtype(value.shape, value.dtype.name)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_shapes(v) for v in value)
+    return value
+
+
+def simulate_source(source: str, function: str | None = None, inputs: dict | None = None,
+                    path: str = "<kernel>", **options) -> SimResult:
+    """Load a kernel from a source string and simulate it (convenient in tests)."""
+    kernel = _load(source, path, function)
+    return simulate(kernel, inputs or {}, **options)

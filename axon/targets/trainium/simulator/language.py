@@ -1,0 +1,419 @@
+"""nki.language: allocation, loads/stores, element-wise math, reductions, matmul/transpose,
+loops, and the tile operators (`t[...] = x`, `t[...] += y`, `a + b`).
+
+Each function takes the `SimContext` first; loader.py binds them per simulation. Language-level
+calls lower onto the nki.isa instructions in isa.py (one trace entry per hardware instruction):
+unary math -> activation (Scalar Engine), binary math -> tensor_tensor / tensor_scalar,
+reductions -> tensor_reduce, matmul -> [nc_transpose + tensor_copy] + nc_matmul.
+
+Invariant: storing a fresh, unread instruction result into a tile (`t[...] = nl.exp(x)`,
+`psum[...] += nisa.nc_matmul(a, b)`) moves that instruction's write instead of adding a copy.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from axon.errors import KernelError
+from axon.targets.trainium.trace import Memory
+
+from . import dtypes, isa, ops
+from .indexing import IndexExpr, Predicate
+from .memory import Tile, alloc
+
+SBUF, PSUM, HBM = Memory.SBUF, Memory.PSUM, Memory.HBM
+
+
+class BufferKind:
+    """nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, nl.private_hbm."""
+
+    def __init__(self, name: str, memory: Memory):
+        self.name, self.memory = name, memory
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+
+BUFFERS = {"sbuf": BufferKind("sbuf", SBUF), "psum": BufferKind("psum", PSUM),
+           "hbm": BufferKind("hbm", HBM), "shared_hbm": BufferKind("shared_hbm", HBM),
+           "private_hbm": BufferKind("private_hbm", HBM)}
+
+
+class par_dim(int):
+    """nl.par_dim(n): marks the partition axis of a multi-block on-chip allocation."""
+
+    def __new__(cls, n):
+        return super().__new__(cls, int(n))
+
+
+def _memory(buffer) -> Memory:
+    if buffer is None:
+        return SBUF
+    if isinstance(buffer, BufferKind):
+        return buffer.memory
+    if isinstance(buffer, Memory):
+        return buffer
+    raise KernelError(f"unknown buffer {buffer!r} (use nl.sbuf, nl.psum or nl.shared_hbm)")
+
+
+def _shape(shape):
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    shape = tuple(shape)
+    pdims = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
+    if len(pdims) > 1:
+        raise KernelError("a tensor can have only one nl.par_dim")
+    return tuple(int(s) for s in shape), (pdims[0] if pdims else None)
+
+
+# ----- allocation ----------------------------------------------------------------------------
+
+def ndarray(ctx, shape, dtype, buffer=None, name="", **_):
+    shape, pdim = _shape(shape)
+    mem = _memory(buffer)
+    if mem is not HBM and len(shape) == 1:
+        shape = shape + (1,)
+    return alloc(ctx, shape, dtype, mem, name=name, pdim=pdim)
+
+
+def full(ctx, shape, fill_value, dtype, buffer=None, name="", **_):
+    t = ndarray(ctx, shape, dtype, buffer, name)
+    if t.buf.memory is HBM:
+        raise KernelError("nl.zeros/ones/full allocate on-chip tiles (SBUF or PSUM)")
+    if t.buf.pdim:  # blocks before the partition axis: one memset per block
+        for idx in np.ndindex(*t.shape[:t.buf.pdim]):
+            isa.memset(ctx, t.view(idx), fill_value, _api="nl.full")
+    else:
+        isa.memset(ctx, t, fill_value)
+    return t
+
+
+def zeros(ctx, shape, dtype, buffer=None, name="", **_):
+    return full(ctx, shape, 0, dtype, buffer, name)
+
+
+def ones(ctx, shape, dtype, buffer=None, name="", **_):
+    return full(ctx, shape, 1, dtype, buffer, name)
+
+
+def _like(ctx, t, dtype, buffer, fill):
+    dtype = t.dtype if dtype is None else dtype
+    buffer = buffer if buffer is not None else BUFFERS["sbuf" if t.buf.memory is not PSUM else "psum"]
+    return ndarray(ctx, t.shape, dtype, buffer) if fill is None else full(ctx, t.shape, fill, dtype, buffer)
+
+
+def empty_like(ctx, t, dtype=None, buffer=None, **_):
+    return _like(ctx, t, dtype, buffer, None)
+
+
+def zeros_like(ctx, t, dtype=None, buffer=None, **_):
+    return _like(ctx, t, dtype, buffer, 0)
+
+
+def ones_like(ctx, t, dtype=None, buffer=None, **_):
+    return _like(ctx, t, dtype, buffer, 1)
+
+
+def shared_identity_matrix(ctx, n, dtype=dtypes.float32, **_):
+    t = ndarray(ctx, (n, n), dtype)
+    i = np.arange(n)
+    isa.iota(ctx, t, IndexExpr((i[:, None] == i[None, :]).astype(np.int64)))
+    return t
+
+
+# ----- DMA -----------------------------------------------------------------------------------
+
+def load(ctx, src, mask=None, dtype=None, **_):
+    if not isinstance(src, Tile):
+        raise KernelError(f"nl.load expects an HBM tensor, got {type(src).__name__}")
+    if src.buf.memory is not HBM:
+        raise KernelError(f"nl.load reads HBM; the source is in {src.buf.memory.value.upper()}")
+    shape = src.shape if len(src.shape) > 1 else src.shape + (1,)
+    dst, _ = isa._dst(ctx, None, shape, src.dtype, SBUF, "load")
+    ins = isa.dma(ctx, dst, src, api="nl.load", mask=mask)
+    dst.producer = ins
+    dst.wmask = None if mask is None else isa.mask_array(mask, dst.shape)
+    if dtype is not None and dtypes.to_dtype(dtype) != src.dtype:
+        return isa.tensor_copy(ctx, None, dst, dtype=dtype)
+    return dst
+
+
+def store(ctx, dst, value, mask=None, **_):
+    if not isinstance(dst, Tile) or dst.buf.memory is not HBM:
+        raise KernelError("nl.store writes to an HBM tensor")
+    if not isinstance(value, Tile):
+        raise KernelError(f"nl.store: value must be a tile, got {type(value).__name__}")
+    isa.dma(ctx, dst, value, api="nl.store", mask=mask)
+
+
+def load_transpose2d(ctx, src, mask=None, dtype=None, **_):
+    return isa.dma_transpose(ctx, None, src, mask=mask)
+
+
+# ----- element-wise math ---------------------------------------------------------------------
+
+def _is_scalar(x):
+    return isinstance(x, (numbers.Number, np.number)) and not isinstance(x, bool)
+
+
+def _is_column(t: Tile, P: int):
+    return t.shape[0] == P and isa._free(t.shape) == 1
+
+
+def unary(ctx, op: ops.Op, x, dtype=None, mask=None, **_):
+    if not isinstance(x, Tile):
+        raise KernelError(f"nl.{op.name} expects a tile, got {type(x).__name__}")
+    if op.name == "copy":
+        return isa.tensor_copy(ctx, None, x, dtype=dtype, mask=mask)
+    if op.name == "reciprocal":
+        return isa.reciprocal(ctx, None, x, dtype=dtype, mask=mask)
+    return isa.activation(ctx, None, op, x, dtype=dtype, mask=mask)
+
+
+def binary(ctx, op: ops.Op, x, y, dtype=None, mask=None, dst=None, **_):
+    xt, yt = isinstance(x, Tile), isinstance(y, Tile)
+    if not xt and not yt:
+        raise KernelError(f"nl.{op.name} needs at least one tile operand")
+    if xt and not yt:
+        if not _is_scalar(y):
+            raise KernelError(f"nl.{op.name}: unsupported operand {type(y).__name__}")
+        return isa.tensor_scalar(ctx, dst, x, op, y, dtype=dtype, mask=mask)
+    if yt and not xt:
+        if not _is_scalar(x):
+            raise KernelError(f"nl.{op.name}: unsupported operand {type(x).__name__}")
+        return isa.tensor_scalar(ctx, dst, y, op, x, reverse0=True, dtype=dtype, mask=mask)
+    P = x.shape[0]
+    same = y.shape[0] == P and isa._free(x.shape) == isa._free(y.shape)
+    if same:
+        if dtype is None and dst is None and x.dtype != y.dtype:
+            dtype = _promote(x.dtype, y.dtype)
+        return isa.tensor_tensor(ctx, dst, x, y, op, dtype=dtype, mask=mask)
+    if y.shape[0] == P and _is_column(y, P):
+        return isa.tensor_scalar(ctx, dst, x, op, y, dtype=dtype, mask=mask)
+    if x.shape[0] == y.shape[0] and _is_column(x, P):
+        return isa.tensor_scalar(ctx, dst, y, op, x, reverse0=True, dtype=dtype, mask=mask)
+    if y.shape[0] == 1 and isa._free(y.shape) == isa._free(x.shape):
+        return binary(ctx, op, x, broadcast_to(ctx, y, x.shape), dtype, mask, dst)
+    if x.shape[0] == 1 and isa._free(y.shape) == isa._free(x.shape):
+        return binary(ctx, op, broadcast_to(ctx, x, y.shape), y, dtype, mask, dst)
+    raise KernelError(f"nl.{op.name}: operand shapes {x.shape} and {y.shape} do not broadcast")
+
+
+def _promote(a, b):
+    if dtypes.float32 in (a, b):
+        return dtypes.float32
+    return a if a.itemsize >= b.itemsize else b
+
+
+def broadcast_to(ctx, x, shape, **_):
+    """Partition broadcast of a [1, F] tile (or free broadcast of [P, 1]) to `shape`."""
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    out = isa._dst(ctx, None, shape, x.dtype, SBUF, "broadcast")[0]
+    if x.shape[0] not in (1, shape[0]):
+        raise KernelError(f"cannot broadcast a tile of shape {x.shape} to {shape}")
+    isa._check_init(x, "tensor_copy", "src")
+    ins = ctx.emit("tensor_copy", isa.Engine.GPSIMD if x.shape[0] == 1 else isa.Engine.VECTOR,
+                   shape[0], isa._free(shape), x.dtype, (x.region(),), (out.region(),),
+                   {"broadcast": True, **isa._src_extra(x)})
+    vals = None if ctx.timing_only else np.broadcast_to(x.values().reshape(
+        (x.shape[0],) + tuple(x.shape[1:]) if len(x.shape) == len(shape) else x.shape[:1] + (1,) * (len(shape) - 1)), shape)
+    ini = x.initialised()
+    out.write(vals, None if ini is None else np.broadcast_to(ini.reshape(
+        x.shape if len(x.shape) == len(shape) else x.shape[:1] + (1,) * (len(shape) - 1)), shape), None)
+    out.producer = ins
+    return out
+
+
+# ----- reductions ----------------------------------------------------------------------------
+
+def reduce(ctx, op: ops.Op, x, axis, dtype=None, keepdims=False, mask=None, mean=False, **_):
+    if not isinstance(x, Tile):
+        raise KernelError(f"nl reduction expects a tile, got {type(x).__name__}")
+    r = isa.tensor_reduce(ctx, None, op, x, axis, keepdims=keepdims, dtype=dtype, mask=mask)
+    if mean:
+        axes = isa._norm_axes(axis, len(x.shape), "tensor_reduce")
+        n = math.prod(x.shape[a] for a in axes)
+        r = isa.tensor_scalar(ctx, r, r, ops.OPS["multiply"], 1.0 / n)
+    return r
+
+
+# ----- Tensor Engine -------------------------------------------------------------------------
+
+def matmul(ctx, x, y, transpose_x=False, mask=None, **_):
+    if not transpose_x:  # x is [M, K]: bring K onto the partitions first
+        xt = isa.nc_transpose(ctx, None, x)
+        x = isa.tensor_copy(ctx, None, xt)
+    return isa.nc_matmul(ctx, None, x, y, mask=mask)
+
+
+def transpose(ctx, x, dtype=None, mask=None, **_):
+    return isa.nc_transpose(ctx, None, x, dtype=dtype, mask=mask)
+
+
+# ----- loops and misc ------------------------------------------------------------------------
+
+def _range_args(args):
+    if not args:
+        raise KernelError("a range needs at least a stop value")
+    for a in args:
+        if not isinstance(a, numbers.Integral):
+            raise KernelError(f"loop bounds must be Python ints, got {type(a).__name__}")
+    return range(*args)
+
+
+def affine_range(ctx, *args, **_):
+    return ctx.loop(_range_args(args), False, "affine_range")
+
+
+def sequential_range(ctx, *args, **_):
+    return ctx.loop(_range_args(args), True, "sequential_range")
+
+
+def static_range(ctx, *args, **_):
+    return ctx.loop(_range_args(args), True, "static_range")
+
+
+def program_id(ctx, axis=0, **_):
+    return 0
+
+
+def num_programs(ctx, axes=None, **_):
+    return 1
+
+
+def device_print(ctx, *args, **_):
+    return None
+
+
+class TileSize:
+    def __init__(self, tiles, mem):
+        self.pmax = tiles.pmax
+        self.gemm_stationary_fmax = tiles.matmul_stationary_free_max
+        self.gemm_moving_fmax = tiles.matmul_moving_free_max
+        self.psum_fmax = mem.psum_bank_bytes // 4
+        self.bn_stats_fmax = tiles.bn_stats_free_max
+        self.psum_partition_bytes = mem.psum_bytes_per_partition
+        self.sbuf_partition_bytes = mem.sbuf_bytes_per_partition
+
+
+# ----- tile operators ------------------------------------------------------------------------
+
+def _can_retarget(value: Tile, dst: Tile) -> bool:
+    ins = value.producer
+    if ins is None or value.buf.read_since_write or value.arr is not value.buf.data:
+        return False
+    if value.shape[0] != dst.shape[0] or isa._free(value.shape) != isa._free(dst.shape) or dst.has_oob():
+        return False
+    if ins.opcode in ("dma_copy", "dma_transpose"):
+        return value.dtype == dst.dtype
+    if dst.buf.memory is HBM:
+        return False
+    if ins.opcode == "nc_matmul" or (ins.opcode == "nc_transpose" and ins.engine is isa.Engine.TENSOR):
+        return dst.buf.memory is PSUM
+    return True
+
+
+def _retarget(ctx, value: Tile, dst: Tile, accumulate=False):
+    ins = value.producer
+    old = value.region()
+    if ins.engine is not isa.Engine.DMA:
+        isa._check_layout(ctx, dst, ins.opcode, "dst")
+    new = dst.region()
+    if ins.opcode == "nc_matmul":
+        bank = ctx.hw.memory.psum_bank_bytes
+        if new.b_start // bank != (new.b_stop - 1) // bank:
+            raise KernelError(f"nisa.nc_matmul: the result ({new.b_stop - new.b_start} bytes per "
+                              f"partition at offset {new.b_start}) must fit in one {bank}-byte PSUM bank")
+    vals = None if ctx.timing_only else value.values().reshape(dst.shape)
+    ini = value.initialised()
+    ini = None if ini is None else ini.reshape(dst.shape)
+    if accumulate:
+        isa._check_init(dst, ins.opcode, "the accumulator")
+        di = dst.initialised()
+        if vals is not None:
+            vals = dst.values().astype(np.float32) + vals
+        ini = isa._and(ini, di)
+        ins.reads = ins.reads + (new,)
+        ins.extra["accumulate"] = True
+    wmask = None if value.wmask is None else value.wmask.reshape(dst.shape)
+    dst.write(vals, ini, wmask)
+    ins.writes = tuple(new if w == old else w for w in ins.writes)
+    buf = value.buf
+    ctx.release(buf)
+    ctx.pending = [r for r in ctx.pending if r() is not buf]
+    ctx.staged = [r for r in ctx.staged if r() is not buf]
+    value.redirect(dst)
+
+
+def assign(ctx, dst: Tile, value):
+    """`dst[...] = value`"""
+    if isinstance(value, Tile):
+        if value.iadd:
+            value.iadd = False
+            if value.buf is dst.buf and value.region() == dst.region():
+                return  # the store half of `dst[...] += x`, already done in place
+        if _can_retarget(value, dst):
+            _retarget(ctx, value, dst)
+        elif dst.buf.memory is HBM or value.buf.memory is HBM:
+            isa.dma(ctx, dst, value, api="assignment")
+        else:
+            isa.tensor_copy(ctx, dst, value)
+    elif _is_scalar(value):
+        isa.memset(ctx, dst, value)
+    elif isinstance(value, IndexExpr):
+        isa.iota(ctx, dst, value)
+    else:
+        raise KernelError(f"cannot assign a {type(value).__name__} to a tile")
+
+
+def iadd(ctx, target: Tile, value, op=None):
+    """`target += value` (and -=, *=, ...): accumulates a fresh nc_matmul in PSUM for free."""
+    op = op or ops.OPS["add"]
+    if (op.name == "add" and isinstance(value, Tile) and value.producer is not None
+            and value.producer.opcode == "nc_matmul" and target.buf.memory is PSUM
+            and _can_retarget(value, target)):
+        _retarget(ctx, value, target, accumulate=True)
+    else:
+        binary(ctx, op, target, value, dst=target)
+    target.iadd = True
+    return target
+
+
+def _install_operators():
+    O = ops.OPS
+
+    def bin_(name, reverse=False):
+        op = O[name]
+        if reverse:
+            return lambda self, other: binary(self.buf.ctx, op, other, self)
+        return lambda self, other: binary(self.buf.ctx, op, self, other)
+
+    def inplace(name):
+        op = O[name]
+        return lambda self, other: iadd(self.buf.ctx, self, other, op)
+
+    for dunder, name in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                         ("truediv", "divide"), ("pow", "power"), ("and", "bitwise_and"),
+                         ("or", "bitwise_or"), ("xor", "bitwise_xor"), ("mod", "mod")):
+        setattr(Tile, f"__{dunder}__", bin_(name))
+        setattr(Tile, f"__r{dunder}__", bin_(name, reverse=True))
+        setattr(Tile, f"__i{dunder}__", inplace(name))
+    for dunder, name in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
+                         ("ge", "greater_equal")):
+        setattr(Tile, f"__{dunder}__", bin_(name))
+    Tile.__neg__ = lambda self: unary(self.buf.ctx, O["negative"], self)
+    Tile.__getitem__ = lambda self, key: self.view(key)
+    Tile.__setitem__ = lambda self, key, value: assign(self.buf.ctx, self.view(key), value)
+    Tile.broadcast_to = lambda self, shape: broadcast_to(self.buf.ctx, self, shape)
+    Tile.__array__ = _no_array
+
+
+def _no_array(self, *a, **k):
+    raise KernelError("a tile cannot be turned into a NumPy array inside a kernel")
+
+
+_install_operators()

@@ -1,0 +1,82 @@
+"""`axon simulate` as a user runs it: a subprocess, its exit status and what it prints."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+TUTORIAL = ROOT / "examples" / "nki" / "matmul_tutorial"
+SMALL = ["--input", "lhsT=256x128:bfloat16", "--input", "rhs=256x512:bfloat16"]
+
+
+def axon(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "axon", "simulate", *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_random_inputs_reference_and_json():
+    r = axon(TUTORIAL / "tiled.py", *SMALL, "--target", "trn1",
+             "--reference", f"{TUTORIAL / 'reference.py'}:matmul", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"latency_ns", "roofline_ns", "engine_busy_ns", "hbm_bytes", "reference_ok", "max_abs_err"} <= set(out)
+    assert out["reference_ok"] is True and out["max_abs_err"] < 0.5
+    assert set(out["engine_busy_ns"]) == {"tensor", "vector", "scalar", "gpsimd", "dma"}
+    assert out["engine_busy_ns"]["tensor"] > 0 and out["hbm_bytes"] >= 2 * (256 * 128 + 256 * 512 + 128 * 512)
+    assert 0 < out["roofline_ns"] < out["latency_ns"]
+
+
+def test_text_report_and_perfetto_trace(tmp_path):
+    trace = tmp_path / "t.json"
+    r = axon(TUTORIAL / "hoist_load.py", *SMALL, "--trace", trace)
+    assert r.returncode == 0, r.stderr
+    assert "latency" in r.stdout and "roofline" in r.stdout and "tensor" in r.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "nc_matmul" and e["ph"] == "X" for e in events)
+
+
+def test_npz_inputs_named_after_parameters_and_a_wrong_reference(tmp_path):
+    rng = np.random.default_rng(1)
+    npz = tmp_path / "in.npz"
+    np.savez(npz, lhsT=rng.standard_normal((128, 128)).astype(np.float32),
+             rhs=rng.standard_normal((128, 512)).astype(np.float32))
+    ok = axon(TUTORIAL / "tiled.py", "--inputs", npz, "--reference", f"{TUTORIAL / 'reference.py'}:matmul", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["reference_ok"] is True
+    bad = tmp_path / "bad.py"
+    bad.write_text("def ref(lhsT, rhs):\n    return lhsT.T @ rhs + 1.0\n")
+    r = axon(TUTORIAL / "tiled.py", "--inputs", npz, "--reference", f"{bad}:ref")
+    assert r.returncode == 1 and "MISMATCH" in r.stdout
+
+
+def test_timing_only_needs_no_data():
+    r = axon(TUTORIAL / "tiled.py", "--input", "lhsT=1024x256:bfloat16", "--input", "rhs=1024x1024:bfloat16",
+             "--timing-only", "--json", "--target", "trn2")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["reference_ok"] is None and out["max_abs_err"] is None and out["latency_ns"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--input", "lhsT=256x128"], "NAME=SHAPE:DTYPE"),
+    (["--input", "lhsT=256x128:bf17", "--input", "rhs=256x512:bfloat16"], "unknown dtype"),
+    (["--input", "lhsT=256x128:bfloat16"], "missing input(s) for kernel parameter(s): rhs"),
+    ([*SMALL, "--input", "bias=4:float32"], "not parameters of the kernel"),
+    ([*SMALL, "--reference", "nowhere.py:f"], "reference file not found"),
+    ([*SMALL, "--inputs", "nowhere.npz"], "not found"),
+    (["--input", "lhsT=256x128:bfloat16", "--input", "rhs=128x512:bfloat16"], ""),
+])
+def test_errors_are_one_line(args, message):
+    r = axon(TUTORIAL / "tiled.py", *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("axon: error:"), r.stderr
+    assert message in lines[0]
+
+
+def test_missing_kernel_file():
+    r = axon("no_such_kernel.py", *SMALL)
+    assert r.returncode == 2 and "kernel file not found" in r.stderr

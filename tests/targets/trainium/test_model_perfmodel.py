@@ -1,0 +1,308 @@
+"""The performance model on hand-built traces: costs, dependencies, overlap, DMA, roofline, trace file."""
+import json
+
+import pytest
+
+from axon.targets.trainium.hardware import TRN1, TRN2
+from axon.targets.trainium.perfmodel import compute_cycles, estimate, write_perfetto
+from axon.targets.trainium.trace import Engine, Instruction, Memory, Region
+
+
+class Trace:
+    """A tiny trace builder: fresh buffer ids, SBUF/PSUM/HBM regions, the common instructions."""
+
+    def __init__(self):
+        self.ins: list[Instruction] = []
+        self._next = 0
+
+    def buf(self) -> int:
+        self._next += 1
+        return self._next
+
+    @staticmethod
+    def sb(buf, nbytes, p=128, off=0):
+        return Region(buf, Memory.SBUF, 0, p, off, off + nbytes)
+
+    @staticmethod
+    def ps(buf, nbytes=2048, p=128):
+        return Region(buf, Memory.PSUM, 0, p, 0, nbytes)
+
+    @staticmethod
+    def hbm(buf, start, stop):
+        return Region(buf, Memory.HBM, 0, 1, start, stop)
+
+    def load(self, dst, src, p=128):
+        n = (dst.b_stop - dst.b_start) * p
+        self.ins.append(Instruction("dma_copy", Engine.DMA, p, (dst.b_stop - dst.b_start) // 2, "bfloat16",
+                                    (src,), (dst,), 1, dma_bytes=n, hbm_bytes=n))
+
+    def store(self, dst, src, p=128):
+        n = (src.b_stop - src.b_start) * p
+        self.ins.append(Instruction("dma_copy", Engine.DMA, p, (src.b_stop - src.b_start) // 2, "bfloat16",
+                                    (src,), (dst,), 2, dma_bytes=n, hbm_bytes=n))
+
+    def matmul(self, stat, mov, out, accumulate, dtype="bfloat16", moving_free=512):
+        reads = (stat, mov) + ((out,) if accumulate else ())
+        self.ins.append(Instruction("nc_matmul", Engine.TENSOR, 128, moving_free, dtype, reads, (out,), 3,
+                                    extra={"stationary_free": 128, "moving_free": moving_free}))
+
+    def op(self, opcode, engine, reads, writes, n=512, dtype="float32", **extra):
+        self.ins.append(Instruction(opcode, engine, 128, n, dtype, tuple(reads), tuple(writes), 4, extra=extra))
+
+
+def _matmul(**kw):
+    t = Trace()
+    a, b, c = t.buf(), t.buf(), t.buf()
+    t.matmul(t.sb(a, 256), t.sb(b, 1024), t.ps(c), False, **kw)
+    return t.ins[0]
+
+
+# ----- instruction costs -------------------------------------------------------------------------
+
+def test_matmul_cost_is_moving_size_plus_init():
+    assert compute_cycles(_matmul(), TRN1) == 512 + 64
+    assert compute_cycles(_matmul(dtype="float32"), TRN1) == 4 * 512 + 64
+    # a short moving tile still streams at least min(64, stationary) columns, plus static overhead
+    assert compute_cycles(_matmul(moving_free=16), TRN1) == 64 + 64 + 100
+
+
+def test_vector_costs_follow_the_formulas():
+    t = Trace()
+    s, p = t.buf(), t.buf()
+    t.op("tensor_tensor", Engine.VECTOR, [t.sb(s, 4096), t.sb(s, 4096, off=4096)], [t.sb(s, 4096, off=8192)], n=1024)
+    t.op("tensor_tensor", Engine.VECTOR, [t.sb(s, 4096), t.ps(p)], [t.sb(s, 4096, off=8192)], n=1024)
+    t.op("activation", Engine.SCALAR, [t.sb(s, 64)], [t.sb(s, 64, off=64)], n=16)
+    t.op("reciprocal", Engine.VECTOR, [t.sb(s, 4096)], [t.sb(s, 4096, off=4096)], n=1024)
+    t.op("mystery_op", Engine.GPSIMD, [t.sb(s, 4096)], [t.sb(s, 4096, off=4096)], n=1024)
+    tt_sbuf, tt_psum, act_small, recip, unknown = (compute_cycles(i, TRN1) for i in t.ins)
+    assert tt_sbuf == 2 * 1024 + 60
+    assert tt_psum == 1024 + 60  # one input in PSUM: one cycle per element
+    assert act_small == 64 + 60 + 100  # floor MIN_II, plus the small-N static overhead
+    assert recip == 8 * 1024 + 60
+    assert unknown == 1024 + 60
+
+
+def test_engine_clocks_turn_cycles_into_ns():
+    t = Trace()
+    a, b = t.buf(), t.buf()
+    t.op("tensor_copy", Engine.VECTOR, [t.sb(a, 4096)], [t.sb(b, 4096)], n=1024)
+    v1 = estimate(t.ins, TRN1).latency_ns
+    v2 = estimate(t.ins, TRN2).latency_ns
+    assert v1 == pytest.approx((1024 + 60) / 1.12)
+    assert v2 == pytest.approx((1024 + 60) / 0.96)
+
+
+# ----- scheduling --------------------------------------------------------------------------------
+
+def test_independent_engines_overlap_and_dependencies_serialise():
+    t = Trace()
+    a, b, c, d = (t.buf() for _ in range(4))
+    t.op("tensor_copy", Engine.VECTOR, [t.sb(a, 4096)], [t.sb(b, 4096)], n=1024)
+    t.op("activation", Engine.SCALAR, [t.sb(c, 4096)], [t.sb(d, 4096)], n=1024)
+    both = estimate(t.ins, TRN1)
+    assert both.latency_ns == pytest.approx(max(both.engine_busy_ns["vector"], both.engine_busy_ns["scalar"]))
+    t2 = Trace()
+    a, b, c = (t2.buf() for _ in range(3))
+    t2.op("tensor_copy", Engine.VECTOR, [t2.sb(a, 4096)], [t2.sb(b, 4096)], n=1024)
+    t2.op("activation", Engine.SCALAR, [t2.sb(b, 4096)], [t2.sb(c, 4096)], n=1024)  # reads b: RAW
+    chain = estimate(t2.ins, TRN1)
+    assert chain.latency_ns == pytest.approx(chain.engine_busy_ns["vector"] + chain.engine_busy_ns["scalar"])
+
+
+def test_write_after_read_waits_and_disjoint_regions_do_not():
+    t = Trace()
+    a, b, c = t.buf(), t.buf(), t.buf()
+    t.op("tensor_copy", Engine.VECTOR, [t.sb(a, 4096)], [t.sb(b, 4096)], n=1024)
+    t.op("activation", Engine.SCALAR, [t.sb(c, 4096)], [t.sb(a, 4096)], n=1024)  # overwrites a: WAR
+    war = estimate(t.ins, TRN1)
+    t.ins[1] = Instruction("activation", Engine.SCALAR, 128, 1024, "float32", (t.sb(c, 4096),),
+                           (t.sb(a, 4096, off=4096),), 4)  # a different part of a: independent
+    free = estimate(t.ins, TRN1)
+    assert war.latency_ns > free.latency_ns
+    assert free.latency_ns == pytest.approx(max(free.engine_busy_ns["vector"], free.engine_busy_ns["scalar"]))
+
+
+def test_psum_accumulation_chain_does_not_serialise_other_engines():
+    """Matmul groups accumulate in PSUM; the Vector engine drains finished groups while TensorE
+    works on the next one (fresh PSUM tile per group)."""
+    t = Trace()
+    lhs, rhs = t.buf(), t.buf()
+    groups, k_tiles = 8, 4
+    for g in range(groups):
+        out, res = t.buf(), t.buf()
+        for k in range(k_tiles):
+            t.matmul(t.sb(lhs, 256, off=256 * k), t.sb(rhs, 1024, off=1024 * k), t.ps(out), k > 0)
+        t.op("tensor_copy", Engine.VECTOR, [t.ps(out)], [t.sb(res, 2048)])
+    est = estimate(t.ins, TRN1)
+    pe = est.engine_busy_ns["tensor"]
+    assert pe == pytest.approx(groups * k_tiles * (512 + 64) / 2.8)
+    # only the last copy sticks out beyond TensorE
+    assert est.latency_ns == pytest.approx(pe + est.engine_busy_ns["vector"] / groups)
+
+
+def test_fresh_buffers_let_loop_iterations_overlap_and_reuse_serialises():
+    def build(fresh):
+        t = Trace()
+        src, dst = t.buf(), t.buf()
+        shared = t.buf()
+        for i in range(16):
+            tile = t.buf() if fresh else shared
+            t.load(t.sb(tile, 2048), t.hbm(src, i * 262144, (i + 1) * 262144))
+            t.op("activation", Engine.SCALAR, [t.sb(tile, 2048)], [t.sb(tile, 2048)], n=1024)
+            t.store(t.hbm(dst, i * 262144, (i + 1) * 262144), t.sb(tile, 2048))
+        return estimate(t.ins, TRN1)
+    assert build(fresh=True).latency_ns < 0.5 * build(fresh=False).latency_ns
+
+
+# ----- DMA -----------------------------------------------------------------------------------------
+
+def test_dma_fixed_cost_and_bandwidth():
+    t = Trace()
+    src, tile = t.buf(), t.buf()
+    t.load(t.sb(tile, 4096), t.hbm(src, 0, 128 * 4096))
+    one = estimate(t.ins, TRN1)
+    eff = TRN1.dma.efficiency(4096)
+    assert one.latency_ns == pytest.approx(1300 + 128 * 4096 / (272 * eff))
+    # many independent transfers share the aggregate bandwidth: time is bytes / bandwidth
+    t = Trace()
+    src = t.buf()
+    for i in range(64):
+        t.load(t.sb(t.buf(), 4096), t.hbm(src, i * 524288, (i + 1) * 524288))
+    many = estimate(t.ins, TRN1)
+    data = 64 * 128 * 4096 / (272 * eff)
+    assert data <= many.latency_ns <= data + 1300 + 400
+    assert many.hbm_bytes == 64 * 128 * 4096
+    assert many.utilisation["dma"] > 0.95
+
+
+def test_small_payloads_per_partition_are_slower_per_byte():
+    def rate(per_partition, count):
+        t = Trace()
+        src = t.buf()
+        for i in range(count):
+            t.load(t.sb(t.buf(), per_partition), t.hbm(src, 0, 128 * per_partition))
+        est = estimate(t.ins, TRN1)
+        return est.dma_bytes / est.latency_ns
+    assert rate(128, 512) < 0.5 * rate(4096, 16)
+    assert rate(4096, 16) > 0.7 * 272
+
+
+def test_a_late_store_does_not_block_earlier_ready_loads():
+    t = Trace()
+    src, dst, a, b = t.buf(), t.buf(), t.buf(), t.buf()
+    t.op("reciprocal", Engine.VECTOR, [t.sb(a, 4096)], [t.sb(b, 4096)], n=8192)  # slow producer
+    t.store(t.hbm(dst, 0, 128 * 4096), t.sb(b, 4096))
+    for i in range(8):
+        t.load(t.sb(t.buf(), 4096), t.hbm(src, 0, 128 * 4096))
+    est = estimate(t.ins, TRN1, keep_schedule=True)
+    loads_end = max(row[2] for row in est.schedule.rows[2:])
+    assert loads_end < est.schedule.rows[0][2]  # all loads done before the producer is
+
+
+def test_few_partitions_use_few_dma_engines():
+    def latency(p):
+        t = Trace()
+        t.load(t.sb(t.buf(), 16384 // p, p=p), t.hbm(t.buf(), 0, 16384), p=p)
+        return estimate(t.ins, TRN1).latency_ns
+    # one partition: one engine at 17 B/ns; 16 partitions: all engines share the bytes
+    assert latency(1) == pytest.approx(1300 + 16384 / (17 * TRN1.dma.efficiency(16384)))
+    assert latency(16) - 1300 < 0.2 * (latency(1) - 1300)
+
+
+def test_zeroing_a_psum_accumulator_is_folded_into_the_first_matmul():
+    def build(zero_first):
+        t = Trace()
+        lhs, rhs = t.buf(), t.buf()
+        for g in range(4):
+            out, res = t.buf(), t.buf()
+            if zero_first:
+                t.op("memset", Engine.VECTOR, [], [t.ps(out)])
+            for k in range(4):
+                t.matmul(t.sb(lhs, 256), t.sb(rhs, 1024), t.ps(out), k > 0 or zero_first)
+            t.op("tensor_copy", Engine.VECTOR, [t.ps(out)], [t.sb(res, 2048)])
+        return estimate(t.ins, TRN1, keep_schedule=True)
+    folded, plain = build(True), build(False)
+    assert folded.latency_ns == pytest.approx(plain.latency_ns)
+    assert len(folded.schedule.rows) == len(plain.schedule.rows)
+    # a memset that something else reads first is real work
+    t = Trace()
+    out, res = t.buf(), t.buf()
+    t.op("memset", Engine.VECTOR, [], [t.ps(out)])
+    t.op("tensor_copy", Engine.VECTOR, [t.ps(out)], [t.sb(res, 2048)])
+    assert estimate(t.ins, TRN1).engine_busy_ns["vector"] == pytest.approx((2 * (512 + 60) + 100) / 1.12)
+
+
+# ----- roofline, outputs ------------------------------------------------------------------------
+
+def test_roofline_counts_matmul_flops_and_compulsory_bytes():
+    t = Trace()
+    src, dst = t.buf(), t.buf()
+    lhs, rhs, out, res = t.buf(), t.buf(), t.buf(), t.buf()
+    # the same HBM bytes loaded twice count once in the compulsory traffic
+    t.load(t.sb(lhs, 256), t.hbm(src, 0, 32768))
+    t.load(t.sb(lhs, 256, off=256), t.hbm(src, 0, 32768))
+    t.load(t.sb(rhs, 1024), t.hbm(src, 32768, 32768 + 131072))
+    t.matmul(t.sb(lhs, 256), t.sb(rhs, 1024), t.ps(out), False)
+    t.op("tensor_copy", Engine.VECTOR, [t.ps(out)], [t.sb(res, 1024)], dtype="bfloat16")
+    t.store(t.hbm(dst, 0, 131072), t.sb(res, 1024))
+    est = estimate(t.ins, TRN1)
+    assert est.flops == 2 * 128 * 128 * 512
+    assert est.roofline_compute_ns == pytest.approx(est.flops / TRN1.tensor_peak_flops[next(iter(TRN1.tensor_peak_flops))] * 1e9)
+    assert est.compulsory_hbm_bytes == 32768 + 131072 + 131072
+    assert est.hbm_bytes == 32768 * 2 + 131072 * 2
+    assert est.roofline_memory_ns == pytest.approx(est.compulsory_hbm_bytes / 410.0)
+    assert est.roofline_ns == max(est.roofline_compute_ns, est.roofline_memory_ns)
+    assert 0 < est.roofline_fraction < 1
+
+
+def test_empty_trace():
+    est = estimate([], TRN2)
+    assert est.latency_ns == 0 and est.roofline_ns == 0 and est.roofline_fraction == 0
+
+
+def test_perfetto_trace_is_valid_json_with_one_track_per_engine(tmp_path):
+    t = Trace()
+    src, a, b, out = t.buf(), t.buf(), t.buf(), t.buf()
+    t.load(t.sb(a, 1024), t.hbm(src, 0, 131072))
+    t.matmul(t.sb(a, 256), t.sb(a, 1024), t.ps(out), False)
+    t.op("tensor_copy", Engine.VECTOR, [t.ps(out)], [t.sb(b, 1024)])
+    est = estimate(t.ins, TRN1, keep_schedule=True)
+    path = tmp_path / "trace.json"
+    write_perfetto(est, path)
+    doc = json.loads(path.read_text())
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert [s["name"] for s in spans] == ["dma_copy", "nc_matmul", "tensor_copy"]
+    assert {"tensor", "vector", "dma.q0"} <= names
+    assert all(s["dur"] > 0 for s in spans)
+    assert spans[1]["ts"] >= spans[0]["ts"] + spans[0]["dur"]  # matmul waits for its load
+    with pytest.raises(ValueError):
+        write_perfetto(estimate(t.ins, TRN1), path)
+
+
+def test_same_trace_same_numbers():
+    t = Trace()
+    src = t.buf()
+    for i in range(50):
+        tile, out = t.buf(), t.buf()
+        t.load(t.sb(tile, 1024), t.hbm(src, i * 1024, i * 1024 + 131072))
+        t.matmul(t.sb(tile, 256), t.sb(tile, 1024), t.ps(out), False)
+    assert estimate(t.ins, TRN1) == estimate(list(t.ins), TRN1)
+
+
+def test_model_is_cheap_per_instruction():
+    t = Trace()
+    src, dst = t.buf(), t.buf()
+    big_lhs = t.buf()
+    for k in range(64):
+        t.load(t.sb(big_lhs, 256, off=256 * k), t.hbm(src, k * 32768, (k + 1) * 32768))
+    for n in range(40):
+        rhs, out, res = t.buf(), t.buf(), t.buf()
+        for k in range(64):
+            t.load(t.sb(rhs, 1024, off=1024 * k), t.hbm(src, k * 131072, (k + 1) * 131072))
+        for k in range(64):
+            t.matmul(t.sb(big_lhs, 256, off=256 * k), t.sb(rhs, 1024, off=1024 * k), t.ps(out), k > 0)
+        t.op("tensor_copy", Engine.VECTOR, [t.ps(out)], [t.sb(res, 1024)])
+        t.store(t.hbm(dst, n * 131072, (n + 1) * 131072), t.sb(res, 1024))
+    assert len(t.ins) > 5000
+    assert estimate(t.ins, TRN1).latency_ns > 0
