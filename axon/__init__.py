@@ -14,8 +14,17 @@ from axon.suite import benchmark
 
 __version__ = "0.1.0"
 
+
+def verify(f, g, **options):
+    """Prove two programs equivalent for all sizes, or refute them with a NumPy-confirmed
+    counterexample; see axon.verification. Imported on first use: it loads z3."""
+    from axon.verification import verify as _verify
+
+    return _verify(f, g, **options)
+
+
 __all__ = [
-    "program", "Program", "benchmark",
+    "program", "Program", "benchmark", "verify",
     "exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "silu", "relu", "sigmoid", "tanh", "gelu",
     "maximum", "minimum", "matmul", "transpose",
     "AxonError", "ShapeError", "UnsupportedError", "InputError", "KernelError",

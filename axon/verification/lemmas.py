@@ -1,0 +1,87 @@
+"""The lemmas the verifier relies on, as data: a statement, why it holds, and a concrete check.
+
+Structural lemmas are applied by the term constructors (axon/verification/terms.py), ground lemmas
+are instances the solver receives at the terms in play (axon/verification/smt.py). Every entry's
+`check(rng, n)` returns two arrays that must agree when the lemma holds at extent `n`; a test runs
+each at several sizes (TASO's practice: an axiom is checked concretely before it is trusted).
+Sizes are >= 1 and domain assumptions (divisor != 0, sqrt argument >= 0, log argument > 0) hold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Lemma:
+    name: str
+    statement: str
+    why: str
+    check: Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray]]
+
+
+def _v(rng, n):
+    return rng.standard_normal(n)
+
+
+LEMMAS: dict[str, Lemma] = {lemma.name: lemma for lemma in [
+    # -- folds ---------------------------------------------------------------------------
+    Lemma("fold_alpha", "fold_r b(r) = fold_s b(s)", "the binder's name is not part of the value",
+          lambda rng, n: (lambda x: (np.sum([x[r] for r in range(n)]), np.sum([x[s] for s in range(n)])))(_v(rng, n))),
+    Lemma("fold_linear", "sum_r (a(r) + b(r)) = sum_r a(r) + sum_r b(r)", "addition is associative and commutative",
+          lambda rng, n: (lambda a, b: (np.sum(a + b), np.sum(a) + np.sum(b)))(_v(rng, n), _v(rng, n))),
+    Lemma("fold_factor", "sum_r c * b(r) = c * sum_r b(r), c independent of r", "distributivity",
+          lambda rng, n: (lambda c, b: (np.sum(c * b), c * np.sum(b)))(rng.standard_normal(), _v(rng, n))),
+    Lemma("fold_const", "sum_{r<n} c = n * c", "n copies of c",
+          lambda rng, n: (lambda c: (np.sum(np.full(n, c)), n * c))(rng.standard_normal())),
+    Lemma("fold_unroll", "fold_{r<n} b(r) = b(0) (+) ... (+) b(n-1) for a constant n",
+          "the definition of a fold over a known extent",
+          lambda rng, n: (lambda x: (np.array([np.sum(x), np.max(x)]),
+                                     np.array([sum(x[r] for r in range(n)), max(x[r] for r in range(n))])))(_v(rng, n))),
+    Lemma("extremum_shift", "max_r (b(r) + c) = max_r b(r) + c, n >= 1", "x -> x + c is monotone",
+          lambda rng, n: (lambda c, b: (np.max(b + c), np.max(b) + c))(rng.standard_normal(), _v(rng, n))),
+    Lemma("extremum_scale", "max_r c*b(r) = c * max_r b(r) if c >= 0, = c * min_r b(r) if c < 0; n >= 1",
+          "x -> c x is monotone for c >= 0 and antitone for c < 0 (c = 0: both sides 0)",
+          lambda rng, n: (lambda c, b: (np.array([np.max(c * b), np.max(-c * b), np.max(0 * b)]),
+                                        np.array([c * np.max(b), -c * np.min(b), 0.0])))(abs(rng.standard_normal()),
+                                                                                        _v(rng, n))),
+    Lemma("extremum_const", "max_{r<n} c = c, n >= 1", "a non-empty range of equal values",
+          lambda rng, n: (lambda c: (np.max(np.full(n, c)), c))(rng.standard_normal())),
+    # -- interpreted max/min --------------------------------------------------------------
+    Lemma("extremum_trivial", "max(a, a) = a; max(a, b) = a if a - b is a positive constant", "definition of max",
+          lambda rng, n: (lambda a: (np.maximum(a, a) + np.maximum(a + 0.5, a), a + a + 0.5))(_v(rng, n))),
+    # -- exp / log / sqrt -----------------------------------------------------------------
+    Lemma("exp_add", "exp(a + b) = exp(a) * exp(b)", "the exponential is a homomorphism from + to *",
+          lambda rng, n: (lambda a, b: (np.exp(a + b), np.exp(a) * np.exp(b)))(_v(rng, n), _v(rng, n))),
+    Lemma("exp_int", "exp(k a) = exp(a)^k for integer k", "exp_add k times (and exp(-a) = 1/exp(a))",
+          lambda rng, n: (lambda a: (np.concatenate([np.exp(3 * a), np.exp(-2 * a)]),
+                                     np.concatenate([np.exp(a) ** 3, np.exp(a) ** -2])))(_v(rng, n))),
+    Lemma("exp_zero", "exp(0) = 1", "definition", lambda rng, n: (np.exp(np.zeros(n)), np.ones(n))),
+    Lemma("exp_log", "exp(k log a) = a^k for a > 0, integer k", "exp and log are inverse on the positive reals",
+          lambda rng, n: (lambda a: (np.exp(2 * np.log(a)), a ** 2))(np.abs(_v(rng, n)) + 0.1)),
+    Lemma("log_exp", "log(prod_i exp(a_i)^k_i) = sum_i k_i a_i", "log is the inverse of exp, exp_add",
+          lambda rng, n: (lambda a, b: (np.log(np.exp(a) ** 2 * np.exp(b) ** -1), 2 * a - b))(_v(rng, n), _v(rng, n))),
+    Lemma("sqrt_square", "sqrt(p)^e = p^trunc(e/2) * sqrt(p)^(e - 2 trunc(e/2)) for p >= 0",
+          "sqrt(p)^2 = p for p >= 0",
+          lambda rng, n: (lambda p: (np.concatenate([np.sqrt(p) ** 2, np.sqrt(p) ** 3, np.sqrt(p) ** -3]),
+                                     np.concatenate([p, p * np.sqrt(p), np.sqrt(p) ** -1 / p])))(
+              np.abs(_v(rng, n)) + 0.1)),
+    # -- rational arithmetic ----------------------------------------------------------------
+    Lemma("laurent", "a^i * a^j = a^(i+j); a^0 = 1 for a != 0", "exponent laws in a field",
+          lambda rng, n: (lambda a: (a ** 2 * a ** -3 * (a / a), a ** -1))(_v(rng, n))),
+    Lemma("content", "1 / (c g q) = (1/c) g^-1 q^-1 for a product with c g q != 0", "inverse of a product",
+          lambda rng, n: (lambda c, g, q: (1 / (c * g * q), (1 / c) / g / q))(2.5, _v(rng, n), _v(rng, n))),
+    Lemma("group_expand", "[q]^k = q^k for k >= 1", "a group stands for its polynomial",
+          lambda rng, n: (lambda a, b: ((a + b) ** 2, a * a + 2 * a * b + b * b))(_v(rng, n), _v(rng, n))),
+    # -- ground lemmas the solver receives ----------------------------------------------------
+    Lemma("exp_pos", "exp(t) > 0", "range of exp",
+          lambda rng, n: (np.exp(10 * _v(rng, n)) > 0, np.ones(n, dtype=bool))),
+    Lemma("sqrt_nonneg", "sqrt(t) >= 0 and sqrt(t)^2 = t where t >= 0", "sqrt is the non-negative root",
+          lambda rng, n: (lambda t: (np.concatenate([np.sqrt(t) >= 0, np.isclose(np.sqrt(t) ** 2, t)]),
+                                     np.ones(2 * n, dtype=bool)))(np.abs(_v(rng, n)))),
+    Lemma("nonzero_divisor", "an atom under a negative power is != 0",
+          "it is a divisor of the program (domain assumption), a factor of one (content), or exp (exp_pos)",
+          lambda rng, n: (lambda a: (a * (1 / a), np.ones(n)))(_v(rng, n))),
+]}

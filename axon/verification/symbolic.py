@@ -1,0 +1,124 @@
+"""Symbolic evaluation: a program's output element at a symbolic index, as a canonical term.
+
+`SymbolicAlgebra` is the second interpretation of the operator table (axon/semantics/ops.py): the
+same `element` rules that give numbers under `ConcreteAlgebra` give `terms.Poly` values here.
+Scalar operations the solver does not know natively are expanded through their `definition`
+(sigmoid, silu, gelu, rsqrt, ...), so each operator's meaning is written once. The algebra also
+records the domain assumptions of the operations it meets outside any fold (divisor != 0, sqrt
+argument >= 0, log argument > 0): proofs hold under them, and the solver checks they can hold.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Sequence
+
+from axon.errors import UnsupportedError
+from axon.ir import Node
+from axon.semantics.ops import OP_SPECS, Op
+from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
+from axon.semantics.sizes import Size
+from axon.verification import terms as T
+from axon.verification.terms import Poly
+
+_S = ScalarOp
+COMBINE = {_S.ADD: "add", _S.MAXIMUM: "max", _S.MINIMUM: "min"}
+UNINTERPRETED = {_S.SQRT: "sqrt", _S.TANH: "tanh"}
+
+
+def size_poly(size: Size) -> Poly:
+    total = T.ZERO
+    for monomial, coeff in size.terms:
+        term = Poly.const(coeff)
+        for name in monomial:
+            term = term * T.var(name, "dim")
+        total = total + term
+    return total
+
+
+class SymbolicAlgebra:
+    """The algebra of `axon.semantics.algebra` over canonical terms; one per encoding."""
+
+    def __init__(self):
+        self._fresh = 0
+        self.assumptions: dict[str, tuple[str, Poly]] = {}  # key -> (relation to 0, term)
+
+    def _assume(self, relation: str, p: Poly) -> None:
+        # only ground facts (no fold binder free) can be stated to the solver
+        if all(not f.startswith("bound:") for f in p.free):
+            self.assumptions.setdefault(f"{relation} {p.key}", (relation, p))
+
+    def apply(self, op: ScalarOp, *args):
+        a = [Poly.of(x) for x in args]
+        if op is _S.ADD:
+            return a[0] + a[1]
+        if op is _S.SUB:
+            return a[0] - a[1]
+        if op is _S.MUL:
+            return a[0] * a[1]
+        if op is _S.NEG:
+            return -a[0]
+        if op is _S.DIV:
+            self._assume("!=", a[1])
+            return a[0] / a[1]
+        if op in (_S.MAXIMUM, _S.MINIMUM):
+            return T.extremum(COMBINE[op], a[0], a[1])
+        if op is _S.EXP:
+            return T.exp(a[0])
+        if op is _S.LOG:
+            self._assume(">", a[0])
+            return T.log(a[0])
+        if op is _S.SQRT:
+            self._assume(">=", a[0])
+            return T.unary("sqrt", a[0])
+        if op in UNINTERPRETED:
+            return T.unary(UNINTERPRETED[op], a[0])
+        definition = SCALAR_SPECS[op].definition
+        if definition is None:
+            raise UnsupportedError(f"no symbolic meaning for scalar operation {op.value}")
+        return definition(self, *a)
+
+    def const(self, value) -> Poly:
+        if isinstance(value, Size):
+            return size_poly(value)
+        return Poly.const(Fraction(value))
+
+    def size(self, size: Size) -> Poly:
+        return size_poly(size)
+
+    def fold(self, combine: ScalarOp, extent, body: Callable[[Poly], Poly]) -> Poly:
+        if combine not in COMBINE:
+            raise UnsupportedError(f"no symbolic fold for {combine.value}")
+        self._fresh += 1
+        binder = T.Var(f"_r{self._fresh}", "bound")
+        return T.fold(COMBINE[combine], Poly.of(extent), binder, Poly.of(body(Poly.atom(binder))))
+
+    def floordiv(self, a, b) -> Poly:
+        return T.int_fn("floordiv", Poly.of(a), Poly.of(b))
+
+    def mod(self, a, b) -> Poly:
+        return T.int_fn("mod", Poly.of(a), Poly.of(b))
+
+
+def output_index(rank: int) -> tuple[Poly, ...]:
+    return tuple(T.var(f"i{k}", "idx") for k in range(rank))
+
+
+class Encoder:
+    """Terms of nodes at index terms, memoised per (node, index) so shared sub-DAGs encode once."""
+
+    def __init__(self, alg: SymbolicAlgebra):
+        self.alg = alg
+        self._memo: dict[tuple, Poly] = {}
+
+    def term(self, node: Node, index: Sequence) -> Poly:
+        index = tuple(Poly.of(i) for i in index)
+        key = (node, tuple(i.key for i in index))
+        if key not in self._memo:
+            if node.op is Op.INPUT:
+                value = T.read(node.params.name, index)
+            else:
+                value = Poly.of(OP_SPECS[node.op].element(
+                    self.alg, lambda k, i: self.term(node.inputs[k], i), index,
+                    tuple(i.shape for i in node.inputs), node.params))
+            self._memo[key] = value
+        return self._memo[key]

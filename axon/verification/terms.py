@@ -1,0 +1,458 @@
+"""Symbolic scalar terms in a canonical form, with the structural lemmas applied at construction.
+
+A term is a `Poly`: a sum of monomials with rational coefficients over *atoms*; a monomial's atoms
+carry integer (possibly negative) exponents. Atoms are variables (dimensions, output indices, fold
+binders), tensor reads, uninterpreted functions (exp, log, sqrt, tanh; floordiv/mod on indices),
+interpreted max/min, groups (a multi-term polynomial under a negative power) and folds (a reduction
+over a symbolic extent with a canonically named binder). Every atom is identified by its `key`, a
+string built from its parts, so equal keys mean structurally equal terms (up to alpha-renaming of
+binders), and canonical keys make proofs cacheable.
+
+Invariant: every constructor returns a value equal to its mathematical meaning over the reals under
+the *domain assumptions*: every divisor is non-zero, every sqrt argument is >= 0, every log argument
+is > 0, every extent of a max/min fold is >= 1 (sizes are positive). Each rewrite names its lemma
+(`LEMMAS` in axon/verification/lemmas.py); tests check each lemma on concrete numbers and check the
+whole construction against NumPy on the 20 benchmarks.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Iterable, Mapping, Optional
+
+Number = Fraction
+
+
+class Undefined(Exception):
+    """A term with no value (division by the constant 0): such a program is not proved."""
+
+
+# --- atoms -----------------------------------------------------------------------------------
+class Atom:
+    __slots__ = ("key", "free", "level", "_hash")
+
+    def __init__(self, key: str, free: frozenset, level: int):
+        self.key, self.free, self.level = key, free, level
+        self._hash = hash(key)
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, Atom) and self.key == other.key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return self.key
+
+
+class Var(Atom):
+    """kind 'dim' (a positive integer size), 'idx' (an output index), or 'bound' (a fold binder)."""
+    __slots__ = ("name", "kind")
+
+    def __init__(self, name: str, kind: str):
+        self.name, self.kind = name, kind
+        super().__init__(f"{kind}:{name}", frozenset() if kind == "dim" else frozenset([f"{kind}:{name}"]), 0)
+
+
+class Read(Atom):
+    __slots__ = ("tensor", "index")
+
+    def __init__(self, tensor: str, index: tuple["Poly", ...]):
+        self.tensor, self.index = tensor, index
+        super().__init__(f"{tensor}[{', '.join(p.key for p in index)}]", _union(index), _level(index))
+
+
+class Fn(Atom):
+    """An uninterpreted function (exp, log, sqrt, tanh, floordiv, mod) or interpreted max/min."""
+    __slots__ = ("op", "args")
+
+    def __init__(self, op: str, args: tuple["Poly", ...]):
+        self.op, self.args = op, args
+        super().__init__(f"({op} {' '.join(p.key for p in args)})", _union(args), _level(args))
+
+
+class Group(Atom):
+    """A polynomial of two or more terms, as a factor: it only occurs under a negative exponent."""
+    __slots__ = ("poly",)
+
+    def __init__(self, poly: "Poly"):
+        self.poly = poly
+        super().__init__(f"[{poly.key}]", poly.free, poly.level)
+
+
+class Fold(Atom):
+    """combine_{var < extent} body, var named `_b<level>`: a body is one monomial (see `fold`)."""
+    __slots__ = ("combine", "extent", "body", "var")
+
+    def __init__(self, combine: str, extent: "Poly", body: "Poly", var: Var):
+        self.combine, self.extent, self.body, self.var = combine, extent, body, var
+        level = 1 + max(extent.level, body.level)
+        super().__init__(f"(fold_{combine} {var.name} {extent.key} {body.key})",
+                         (extent.free | body.free) - {var.key}, level)
+
+
+def _union(polys: Iterable["Poly"]) -> frozenset:
+    out: frozenset = frozenset()
+    for p in polys:
+        out |= p.free
+    return out
+
+
+def _level(polys: Iterable["Poly"]) -> int:
+    return max((p.level for p in polys), default=0)
+
+
+# --- polynomials -----------------------------------------------------------------------------
+Monomial = tuple[tuple[Atom, int], ...]  # sorted by atom key, exponents non-zero
+
+
+class Poly:
+    __slots__ = ("terms", "key", "free", "level", "_hash")
+
+    def __init__(self, terms: Mapping[Monomial, Fraction]):
+        items = sorted(((m, Fraction(c)) for m, c in terms.items() if c != 0), key=lambda t: _mono_key(t[0]))
+        self.terms: tuple[tuple[Monomial, Fraction], ...] = tuple(items)
+        self.key = " + ".join(f"{c}*{_mono_key(m)}" if m else str(c) for m, c in items) or "0"
+        self.free = frozenset().union(*(a.free for m, _ in items for a, _ in m)) if items else frozenset()
+        self.level = max((a.level for m, _ in items for a, _ in m), default=0)
+        self._hash = hash(self.key)
+
+    # construction
+    @staticmethod
+    def const(value) -> "Poly":
+        return Poly({(): Fraction(value)})
+
+    @staticmethod
+    def atom(atom: Atom, exponent: int = 1) -> "Poly":
+        return Poly({((atom, exponent),): Fraction(1)})
+
+    @staticmethod
+    def of(value) -> "Poly":
+        if isinstance(value, Poly):
+            return value
+        if isinstance(value, (int, Fraction, float)) and not isinstance(value, bool):
+            return Poly.const(Fraction(value))
+        raise TypeError(f"not a term: {value!r}")
+
+    # queries
+    @property
+    def is_const(self) -> bool:
+        return all(not m for m, _ in self.terms)
+
+    @property
+    def value(self) -> Fraction:
+        return dict(self.terms).get((), Fraction(0))
+
+    @property
+    def monomial(self) -> Optional[tuple[Fraction, Monomial]]:
+        """(coefficient, monomial) when the polynomial is a single monomial."""
+        return (self.terms[0][1], self.terms[0][0]) if len(self.terms) == 1 else None
+
+    def atoms(self) -> Iterable[Atom]:
+        for m, _ in self.terms:
+            for a, _ in m:
+                yield a
+
+    # arithmetic
+    def __add__(self, other) -> "Poly":
+        out = dict(self.terms)
+        for m, c in Poly.of(other).terms:
+            out[m] = out.get(m, Fraction(0)) + c
+        return Poly(out)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> "Poly":
+        return Poly({m: -c for m, c in self.terms})
+
+    def __sub__(self, other) -> "Poly":
+        return self + (-Poly.of(other))
+
+    def __rsub__(self, other) -> "Poly":
+        return Poly.of(other) - self
+
+    def __mul__(self, other) -> "Poly":
+        other = Poly.of(other)
+        total = Poly({})
+        for m1, c1 in self.terms:
+            for m2, c2 in other.terms:
+                total = total + monomial(c1 * c2, _merge(m1, m2))
+        return total
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other) -> "Poly":
+        return self * inverse(Poly.of(other))
+
+    def __pow__(self, k: int) -> "Poly":
+        if k < 0:
+            return inverse(self) ** (-k)
+        out = Poly.const(1)
+        for _ in range(k):
+            out = out * self
+        return out
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Poly) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return self.key
+
+
+def _mono_key(m: Monomial) -> str:
+    return "*".join(a.key if e == 1 else f"{a.key}^{e}" for a, e in m)
+
+
+ZERO, ONE = Poly.const(0), Poly.const(1)
+
+
+def _merge(m1: Monomial, m2: Monomial) -> dict[Atom, int]:
+    out: dict[Atom, int] = {}
+    for a, e in m1 + m2:
+        out[a] = out.get(a, 0) + e
+    return out
+
+
+def monomial(coeff: Fraction, factors: Mapping[Atom, int]) -> Poly:
+    """coeff * prod(atom^e), normalised. Lemmas: `laurent` (a^i a^j = a^(i+j), a^0 = 1 for a != 0),
+    `sqrt_square` (sqrt(p)^2 = p for p >= 0), `group_expand` (a group under a positive power is
+    the polynomial it stands for)."""
+    if coeff == 0:
+        return ZERO
+    plain: dict[Atom, int] = {}
+    rest = ONE
+    for a, e in factors.items():
+        if e == 0:
+            continue
+        if isinstance(a, Group) and e > 0:
+            rest = rest * a.poly ** e
+        elif isinstance(a, Fn) and a.op == "sqrt" and abs(e) >= 2:
+            half = int(e / 2)  # towards zero: sqrt(p)^e = p^half * sqrt(p)^(e - 2 half)
+            rest = rest * a.args[0] ** half
+            if e - 2 * half:
+                plain[a] = e - 2 * half
+        else:
+            plain[a] = e
+    head = Poly({tuple(sorted(plain.items(), key=lambda t: t[0].key)): Fraction(coeff)})
+    return head if rest is ONE else head * rest
+
+
+def inverse(p: Poly) -> Poly:
+    """1/p. Lemmas: `laurent` for a monomial; `content` for a sum: p = c * g * q with g the common
+    monomial factor and q monic gives 1/p = c^-1 g^-1 [q]^-1 (p != 0 implies each factor != 0)."""
+    if not p.terms:
+        raise Undefined("division by zero")
+    single = p.monomial
+    if single is not None:
+        coeff, m = single
+        return monomial(1 / coeff, {a: -e for a, e in m})
+    common: Optional[dict[Atom, int]] = None
+    for m, _ in p.terms:
+        exps = dict(m)
+        common = dict(exps) if common is None else {a: min(e, exps[a]) for a, e in common.items() if a in exps}
+    common = {a: e for a, e in (common or {}).items() if e != 0}
+    lead = p.terms[0][1]
+    rest = Poly({tuple(sorted(((a, e - common.get(a, 0)) for a, e in m if e != common.get(a, 0)),
+                              key=lambda t: t[0].key)): c / lead for m, c in p.terms})
+    return monomial(1 / lead, {a: -e for a, e in common.items()}) * Poly.atom(Group(rest), -1)
+
+
+# --- functions -------------------------------------------------------------------------------
+def var(name: str, kind: str) -> Poly:
+    return Poly.atom(Var(name, kind))
+
+
+def read(tensor: str, index: Iterable) -> Poly:
+    return Poly.atom(Read(tensor, tuple(Poly.of(i) for i in index)))
+
+
+def exp(p: Poly) -> Poly:
+    """Lemmas `exp_add` (exp(a+b) = exp(a) exp(b)), `exp_int` (exp(k a) = exp(a)^k, integer k),
+    `exp_zero` (exp(0) = 1), `exp_log` (exp(k log a) = a^k for a > 0): exp of a sum becomes a product
+    of exps of its monomials, so exp atoms always hold one monomial."""
+    out = ONE
+    for m, c in p.terms:
+        if not m:
+            out = out * Poly.atom(Fn("exp", (Poly.const(c),)))
+        elif c.denominator == 1 and len(m) == 1 and m[0][1] == 1 and isinstance(m[0][0], Fn) and m[0][0].op == "log":
+            out = out * m[0][0].args[0] ** int(c)
+        elif c.denominator == 1:
+            out = out * monomial(Fraction(1), {Fn("exp", (Poly({m: Fraction(1)}),)): int(c)})
+        else:
+            out = out * Poly.atom(Fn("exp", (Poly({m: c}),)))
+    return out
+
+
+def log(p: Poly) -> Poly:
+    """Lemma `log_exp`: log(prod exp(a_i)^k_i) = sum k_i a_i (exp atoms hold their whole argument)."""
+    single = p.monomial
+    if single is not None and single[0] == 1 and single[1] and all(
+            isinstance(a, Fn) and a.op == "exp" for a, _ in single[1]):
+        return sum((e * a.args[0] for a, e in single[1]), ZERO)
+    return Poly.atom(Fn("log", (p,)))
+
+
+def unary(op: str, p: Poly) -> Poly:
+    return Poly.atom(Fn(op, (p,)))
+
+
+def extremum(op: str, p: Poly, q: Poly) -> Poly:
+    """max/min of two terms (interpreted by the solver). Lemma `extremum_trivial`: max(a, a) = a, and
+    max(a, b) = a when a - b is a positive constant."""
+    if p == q:
+        return p
+    d = p - q
+    if d.is_const:
+        return p if (d.value > 0) == (op == "max") else q
+    args = tuple(sorted((p, q), key=lambda t: t.key))
+    return Poly.atom(Fn(op, args))
+
+
+def int_fn(op: str, a: Poly, b: Poly) -> Poly:
+    if a.is_const and b.is_const and b.value != 0:
+        x, y = a.value, b.value
+        return Poly.const(x // y if op == "floordiv" else x % y)
+    if b == ONE:
+        return a if op == "floordiv" else ZERO
+    return Poly.atom(Fn(op, (a, b)))
+
+
+UNROLL = 4  # folds over constant extents up to this are unrolled (kept small: terms grow linearly)
+
+
+def nonnegative(a: Atom, e: int) -> bool:
+    """Known >= 0: exp (> 0), sqrt (>= 0 by definition), sizes, and even powers of anything."""
+    return e % 2 == 0 or (isinstance(a, Fn) and a.op in ("exp", "sqrt")) or (isinstance(a, Var) and a.kind == "dim")
+
+
+def fold(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
+    """combine_{binder < extent} body, normalised; `binder` must be fresh (or already canonical).
+
+    Sum (`combine == 'add'`), lemmas: `fold_linear` (sum(a + b) = sum a + sum b), `fold_factor`
+    (sum(c * b) = c * sum b when c does not depend on the binder), `fold_const` (sum over n of c is
+    n * c), `fold_alpha` (the binder is renamed `_b<level>`, level = 1 + the deepest fold inside, so
+    alpha-equivalent folds get one key). Max/min (`extent >= 1` by the size preconditions):
+    `extremum_shift` (max(b + c) = max(b) + c), `extremum_scale` (max(c * b) = c * max(b) for c >= 0,
+    = c * min(b) for c < 0), `extremum_const` (max over n >= 1 of c is c). Both: `fold_unroll` (a constant extent
+    n <= UNROLL gives the explicit sum/max of the n body instances)."""
+    if extent.is_const and extent.value.denominator == 1 and 0 <= extent.value <= UNROLL:
+        # fold_unroll: a fold over a small constant extent is its explicit combination
+        values = [substitute(body, {binder.key: Poly.const(r)}) for r in range(int(extent.value))]
+        if combine == "add":
+            return sum(values, ZERO)
+        if values:
+            out = values[0]
+            for v in values[1:]:
+                out = extremum(combine, out, v)
+            return out
+    if combine == "add":
+        total = ZERO
+        for m, c in body.terms:
+            dep = {a: e for a, e in m if binder.key in a.free}
+            indep = {a: e for a, e in m if binder.key not in a.free}
+            if not dep:
+                total = total + monomial(c, indep) * extent
+            else:
+                total = total + monomial(c, indep) * _fold_atom("add", extent, binder, monomial(Fraction(1), dep))
+        return total
+    dep_terms = {m: c for m, c in body.terms if any(binder.key in a.free for a, _ in m)}
+    shift = Poly({m: c for m, c in body.terms if m not in dep_terms})
+    if not dep_terms:
+        return shift
+    dep_body = Poly(dep_terms)
+    single = dep_body.monomial
+    if single is not None:
+        c, m = single
+        indep = {a: e for a, e in m if binder.key not in a.free}
+        if all(nonnegative(a, e) for a, e in indep.items()):
+            dep = {a: e for a, e in m if binder.key in a.free}
+            flipped = combine if c > 0 else ("min" if combine == "max" else "max")
+            return shift + monomial(c, indep) * _fold_atom(flipped, extent, binder, monomial(Fraction(1), dep))
+    return shift + _fold_atom(combine, extent, binder, dep_body)
+
+
+def _fold_atom(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
+    canonical = Var(f"_b{1 + max(extent.level, body.level)}", "bound")
+    if canonical != binder:
+        body = substitute(body, {binder.key: Poly.atom(canonical)})
+    return Poly.atom(Fold(combine, extent, body, canonical))
+
+
+# --- substitution and evaluation ------------------------------------------------------------
+def substitute(p: Poly, env: Mapping[str, Poly]) -> Poly:
+    """p with variables (by key) replaced, re-normalised through the constructors."""
+    memo: dict[Atom, Poly] = {}
+
+    def atom_value(a: Atom) -> Poly:
+        if not (a.free & env.keys()):
+            return Poly.atom(a)
+        if a not in memo:
+            memo[a] = rebuild(a, lambda q: substitute(q, env), env)
+        return memo[a]
+
+    total = ZERO
+    for m, c in p.terms:
+        term = Poly.const(c)
+        for a, e in m:
+            value = atom_value(a)
+            term = term * value ** e  # a group's value is its polynomial, raised to its (negative) power
+        total = total + term
+    return total
+
+
+def rebuild(a: Atom, sub: Callable[[Poly], Poly], env: Mapping[str, Poly]) -> Poly:
+    """An atom's value with `sub` applied to its parts (the binder of a fold is never in env)."""
+    if isinstance(a, Var):
+        return env.get(a.key, Poly.atom(a))
+    if isinstance(a, Read):
+        return read(a.tensor, [sub(i) for i in a.index])
+    if isinstance(a, Group):
+        return sub(a.poly)
+    if isinstance(a, Fold):
+        return fold(a.combine, sub(a.extent), a.var, sub(a.body))
+    args = [sub(x) for x in a.args]
+    if a.op == "exp":
+        return exp(args[0])
+    if a.op == "log":
+        return log(args[0])
+    if a.op in ("max", "min"):
+        return extremum(a.op, *args)
+    if a.op in ("floordiv", "mod"):
+        return int_fn(a.op, *args)
+    return unary(a.op, args[0])
+
+
+def evaluate(p: Poly, env: Mapping[str, float], arrays: Mapping) -> float:
+    """A term's number when every free variable (by key) is bound in `env` and tensors are arrays:
+    the concrete twin the tests use to check each normalisation against NumPy."""
+    import math
+
+    def atom(a: Atom, env) -> float:
+        if isinstance(a, Var):
+            return float(env[a.key])
+        if isinstance(a, Read):
+            return float(arrays[a.tensor][tuple(int(evaluate(i, env, arrays)) for i in a.index)])
+        if isinstance(a, Group):
+            return evaluate(a.poly, env, arrays)
+        if isinstance(a, Fold):
+            acc = {"add": 0.0, "max": -math.inf, "min": math.inf}[a.combine]
+            for r in range(int(evaluate(a.extent, env, arrays))):
+                x = evaluate(a.body, {**env, a.var.key: r}, arrays)
+                acc = acc + x if a.combine == "add" else (max(acc, x) if a.combine == "max" else min(acc, x))
+            return acc
+        args = [evaluate(x, env, arrays) for x in a.args]
+        if a.op in ("max", "min"):
+            return max(args) if a.op == "max" else min(args)
+        if a.op in ("floordiv", "mod"):
+            return float(int(args[0]) // int(args[1]) if a.op == "floordiv" else int(args[0]) % int(args[1]))
+        return {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh}[a.op](args[0])
+
+    total = 0.0
+    for m, c in p.terms:
+        term = float(c)
+        for a, e in m:
+            term *= atom(a, env) ** e
+        total += term
+    return total
