@@ -15,6 +15,14 @@ from axon.suite import benchmark
 __version__ = "0.1.0"
 
 
+def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16", **options):
+    """The fastest proved-and-checked kernel for `program` at `sizes` on `target`; see
+    axon.search.optimize. Imported on first use: it loads the solver and the simulator."""
+    from axon.search.optimize import optimize as _optimize
+
+    return _optimize(program, sizes, target=target, dtype=dtype, **options)
+
+
 def verify(f, g, **options):
     """Prove two programs equivalent for all sizes, or refute them with a NumPy-confirmed
     counterexample; see axon.verification. Imported on first use: it loads z3."""
@@ -24,7 +32,7 @@ def verify(f, g, **options):
 
 
 __all__ = [
-    "program", "Program", "benchmark", "verify",
+    "program", "Program", "benchmark", "verify", "optimize",
     "exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "silu", "relu", "sigmoid", "tanh", "gelu",
     "maximum", "minimum", "matmul", "transpose",
     "AxonError", "ShapeError", "UnsupportedError", "InputError", "KernelError",

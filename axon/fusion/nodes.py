@@ -1,0 +1,222 @@
+"""Node fusion: which operators of a program share one pass over the data, and in which phases.
+
+A kernel Axon builds is a loop over *row tiles*: one dimension of the program (the row dimension
+R) is spread over the target's partitions, every other dimension of a row value lies along the
+free axis. `RowWorld.of(graph)` finds R and classifies each node:
+
+  * row values: shape (*batch, R, C): per row tile a [P, C] tile (C = 1 for a per-row column);
+  * vectors: rank-1 inputs (or leading-unit rows) broadcast across rows, e.g. a norm's gain g[n];
+  * weights: the right operand of a matmul, an input (or the transpose of one) without R;
+  * views: transposes and strided slices of inputs, absorbed into the loads that read them;
+  * constants.
+
+`groups(world, mode)` partitions the compute nodes into passes; values that cross passes make an
+HBM round trip. Mode "fused" keeps everything in one pass (intermediates stay on chip), "split"
+starts a new pass at each matmul whose left operand another matmul produced, "unfused" gives
+every operator its own pass (the direct lowering).
+
+Within a pass, `phases(group)` orders the work: a *row phase* computes row operators tile by tile;
+a *matmul phase* runs one or more matmuls that share their left operand and output width (the
+gated projections share x), with an *epilogue* of element-wise operators applied to each output
+chunk while it is on chip (node fusion of consecutive operators with compatible tiling).
+
+Invariant: nothing here knows a target; the shapes and operator kinds decide everything.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from axon.errors import UnsupportedError
+from axon.ir import Graph, Node
+from axon.semantics.ops import OP_SPECS, Op, OpKind
+from axon.semantics.sizes import Size
+
+ONE = Size.of(1)
+
+
+@dataclass(frozen=True)
+class RowWorld:
+    graph: Graph
+    row: Size
+    batch: tuple[Size, ...]  # leading loop dimensions (those of the deepest row value)
+    roles: dict  # Node -> "row" | "vector" | "weight" | "view" | "const" | "input"
+
+    @staticmethod
+    def of(graph: Graph) -> "RowWorld":
+        out = graph.outputs[0]
+        base = _untranspose(out)
+        if base.rank < 2:
+            raise UnsupportedError(f"output of rank {base.rank}: Axon's kernels need a row and a column axis")
+        row = base.shape[-2]
+        batch = base.shape[:-2]
+        for o in graph.outputs[1:]:
+            b = _untranspose(o)
+            if b.rank < 2 or b.shape[-2] != row:
+                raise UnsupportedError("outputs with different row dimensions cannot share one kernel")
+        roles: dict[Node, str] = {}
+        for node in graph.nodes():
+            roles[node] = _role(node, row, roles)
+        # a weight is whatever feeds a matmul's right slot
+        for node in graph.nodes():
+            if node.op is Op.MATMUL:
+                rhs = node.inputs[1]
+                if roles.get(rhs) == "row" and rhs.shape[-2] != row:
+                    roles[rhs] = "weight"
+                if roles.get(rhs) not in ("weight", "input", "view"):
+                    raise UnsupportedError(f"matmul's right operand {rhs.op.value} is computed on chip; "
+                                           "only inputs (or their transposes) can be moving operands")
+        return RowWorld(graph, row, batch, roles)
+
+    def role(self, node: Node) -> str:
+        return self.roles[node]
+
+    def compute_nodes(self) -> list[Node]:
+        return [n for n in self.graph.nodes() if self.roles[n] == "row" and n.op is not Op.INPUT]
+
+    def is_column(self, node: Node) -> bool:
+        return node.rank >= 2 and node.shape[-1] == ONE and node.shape[-2] == self.row
+
+
+def _untranspose(node: Node) -> Node:
+    if node.op is Op.TRANSPOSE and node.params.perm[-2:] == (node.rank - 1, node.rank - 2):
+        return node.inputs[0]
+    return node
+
+
+def _role(node: Node, row: Size, roles: dict) -> str:
+    if node.op is Op.CONST:
+        return "const"
+    if node.op is Op.INPUT:
+        if node.rank >= 2 and node.shape[-2] == row:
+            return "row"
+        if node.rank == 1 or all(d == ONE for d in node.shape[:-1]):
+            return "vector"
+        return "input"
+    if node.op in (Op.TRANSPOSE, Op.SLICE, Op.RESHAPE):
+        src = node.inputs[0]
+        if roles.get(src) in ("row", "input", "vector") and src.op is Op.INPUT:
+            return "view"
+        if node.op is Op.TRANSPOSE and roles.get(src) == "row":
+            return "row"  # a transposed output (stored transposed)
+        raise UnsupportedError(f"{node.op.value} of a computed value is not supported inside a kernel")
+    if node.rank >= 2 and node.shape[-2] == row:
+        return "row"
+    raise UnsupportedError(f"operator {node.op.value} with shape ({', '.join(map(str, node.shape))}) has no "
+                           f"row axis {row}: it cannot be tiled over rows")
+
+
+def view_source(node: Node) -> Node:
+    """The input a view reads."""
+    while node.op in (Op.TRANSPOSE, Op.SLICE, Op.RESHAPE):
+        node = node.inputs[0]
+    return node
+
+
+# --- passes (node fusion) ------------------------------------------------------------------
+FUSION_MODES = ("fused", "split", "unfused")
+
+
+@dataclass(frozen=True)
+class Group:
+    nodes: tuple[Node, ...]  # compute nodes of this pass, in topological order
+
+
+def groups(world: RowWorld, mode: str) -> list[Group]:
+    nodes = [n for n in world.compute_nodes() if not _is_output_transpose(world, n)]
+    if mode == "unfused":
+        return [Group((n,)) for n in nodes]
+    if mode == "fused":
+        return [Group(tuple(nodes))]
+    if mode != "split":
+        raise ValueError(mode)
+    out, cur = [], []
+    made_by_matmul: set[Node] = set()
+    for n in nodes:
+        if n.op is Op.MATMUL and n.inputs[0] in made_by_matmul and cur:
+            out.append(Group(tuple(cur)))
+            cur = []
+        cur.append(n)
+        if n.op is Op.MATMUL or any(i in made_by_matmul for i in n.inputs):
+            made_by_matmul.add(n)
+    out.append(Group(tuple(cur)))
+    return out
+
+
+def _is_output_transpose(world: RowWorld, node: Node) -> bool:
+    return node.op is Op.TRANSPOSE and node in world.graph.outputs
+
+
+# --- phases inside a pass ------------------------------------------------------------------
+@dataclass
+class Phase:
+    kind: str  # "row" or "matmul"
+    nodes: list[Node] = field(default_factory=list)  # row ops, or matmuls then epilogue ops
+    matmuls: list[Node] = field(default_factory=list)
+    epilogue: list[Node] = field(default_factory=list)
+
+
+def is_rowwise(node: Node) -> bool:
+    """Operators that work on a [rows, C] tile: element-wise, and reductions/scans over the last axis."""
+    kind = OP_SPECS[node.op].kind
+    if kind is OpKind.ELEMENTWISE:
+        return True
+    if kind in (OpKind.REDUCE, OpKind.SCAN):
+        return node.params.axis == node.inputs[0].rank - 1
+    return False
+
+
+def phases(world: RowWorld, group: Group) -> list[Phase]:
+    members = set(group.nodes)
+    done: set[Node] = set()
+    remaining = list(group.nodes)
+    out: list[Phase] = []
+
+    def ready(n: Node) -> bool:
+        return all(i in done or i not in members for i in n.inputs)
+
+    while remaining:
+        rows = []
+        progress = True
+        while progress:  # the closure of ready row operators
+            progress = False
+            for n in remaining:
+                if n.op is not Op.MATMUL and ready(n):
+                    if not is_rowwise(n):
+                        raise UnsupportedError(f"operator {n.op.value} ({n.params}) cannot be computed row by row")
+                    rows.append(n)
+                    done.add(n)
+                    remaining.remove(n)
+                    progress = True
+                    break
+        if rows:
+            out.append(Phase("row", rows))
+            continue
+        mm = next((n for n in remaining if n.op is Op.MATMUL and ready(n)), None)
+        if mm is None:
+            raise UnsupportedError("no operator is ready: the program has a cycle or an unsupported dependency")
+        phase = Phase("matmul")
+        for n in list(remaining):
+            if (n.op is Op.MATMUL and ready(n) and n.inputs[0] == mm.inputs[0]
+                    and n.shape[-1] == mm.shape[-1]):
+                phase.matmuls.append(n)
+                done.add(n)
+                remaining.remove(n)
+        chunked = set(phase.matmuls)
+        progress = True
+        while progress:  # epilogue: element-wise consumers of the chunks
+            progress = False
+            for n in remaining:
+                if (OP_SPECS[n.op].kind is OpKind.ELEMENTWISE and ready(n)
+                        and any(i in chunked for i in n.inputs)
+                        and all(i in chunked or world.is_column(i) or world.roles.get(i) in ("const", "vector")
+                                for i in n.inputs)
+                        and n.shape[-1] == mm.shape[-1]):
+                    phase.epilogue.append(n)
+                    chunked.add(n)
+                    done.add(n)
+                    remaining.remove(n)
+                    progress = True
+                    break
+        phase.nodes = phase.matmuls + phase.epilogue
+        out.append(phase)
+    return out

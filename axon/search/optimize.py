@@ -1,0 +1,261 @@
+"""`axon.optimize(program, sizes, target="trn2", dtype="bfloat16")`: the whole pipeline, one call.
+
+Symbolic phase: operator propagation proves variants into the nuGraph; each variant is grouped
+into passes (node fusion), tiled under the target's limits (misfits rejected by the model) and
+lowered operator by operator (synthesis, or the target's stand-in table), and every candidate
+is emitted as kernel source. Selection phase: the performance model ranks all candidates from
+timing-only simulation; the fastest ones are run with data at full size against the NumPy
+reference until one passes. The direct lowering (one pass per operator, default tiling, no
+rewrite) is timed as the baseline and is itself a candidate, so the winner is never slower.
+
+Invariant: shared stage; Trainium appears only as the default target name.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Union
+
+from axon.errors import AxonError, InputError, UnsupportedError
+from axon.frontend.program import Program
+from axon.search.candidates import Candidate, Counts, direct_lowering, enumerate_candidates
+from axon.search.lowering import Lowerer
+from axon.search.select import Check, ResultCache, Timing, check_candidate, default_cache, rank
+from axon.semantics.evaluate import check_constraints, dtype_named
+
+DEFAULT_BUDGET_S = 45.0  # ranking time; checks and the symbolic phase come on top (120 s in all)
+MAX_CHECKS = 3
+MODEL_SHORTLIST = 32  # candidates the performance model ranks, after the static traffic estimate
+
+
+@dataclass
+class OptimizeResult:
+    benchmark: str
+    target: str
+    sizes: dict
+    dtype: str
+    kernel_source: str
+    latency_ns: float
+    roofline_ns: float
+    max_abs_err: float
+    rewrites: tuple
+    tiling: list
+    fusion: str
+    baseline_latency_ns: float
+    candidates: dict
+    proofs: dict
+    time_s: dict
+    check: str  # what was checked how
+    report: str = ""
+    kernel_path: Optional[str] = None
+    trace_path: Optional[str] = None
+    winner: Optional[Candidate] = field(default=None, repr=False)
+
+    @property
+    def roofline_fraction(self) -> float:
+        return self.roofline_ns / self.latency_ns if self.latency_ns else 0.0
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_latency_ns / self.latency_ns if self.latency_ns else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "benchmark": self.benchmark, "target": self.target, "sizes": self.sizes, "dtype": self.dtype,
+            "best": {"kernel_path": self.kernel_path, "latency_ns": self.latency_ns, "roofline_ns": self.roofline_ns,
+                     "roofline_fraction": self.roofline_fraction, "max_abs_err": self.max_abs_err,
+                     "rewrites": list(self.rewrites), "tiling": self.tiling, "fusion": self.fusion,
+                     "check": self.check, "trace_path": self.trace_path},
+            "baseline": {"latency_ns": self.baseline_latency_ns, "speedup": self.speedup},
+            "candidates": self.candidates, "proofs": self.proofs, "time_s": self.time_s,
+        }
+
+
+# --- inputs --------------------------------------------------------------------------------
+def resolve_program(program: Union[Program, str]) -> tuple[Program, Optional[object]]:
+    """A Program, a benchmark name, or FILE.py:FUNC."""
+    if isinstance(program, Program):
+        return program, None
+    text = str(program)
+    if ":" in text and text.split(":", 1)[0].endswith(".py"):
+        path, _, func = text.partition(":")
+        if not Path(path).is_file():
+            raise InputError(f"program file not found: {path}")
+        spec = importlib.util.spec_from_file_location(f"_axon_user_{Path(path).stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except AxonError:
+            raise
+        except Exception as err:
+            raise InputError(f"cannot import {path}: {type(err).__name__}: {err}") from None
+        prog = getattr(module, func, None)
+        if not isinstance(prog, Program):
+            raise InputError(f"{path}:{func} is not an @axon.program")
+        return prog, None
+    from axon.suite import get
+
+    bench = get(text)
+    return bench.program, bench
+
+
+def resolve_sizes(prog: Program, bench, sizes: Union[Mapping[str, int], str, None]) -> dict[str, int]:
+    if sizes is None or isinstance(sizes, str):
+        if bench is None:
+            raise InputError(f"{prog.name}: give --sizes (a case name needs a benchmark)")
+        return bench.sizes(sizes or "small")
+    sizes = {k: int(v) for k, v in sizes.items()}
+    missing = [d for d in prog.dims if d not in sizes]
+    extra = [d for d in sizes if d not in prog.dims]
+    if missing or extra:
+        raise InputError(f"sizes do not match {prog.signature()}: "
+                         + (f"missing {', '.join(missing)}" if missing else "")
+                         + ("; " if missing and extra else "")
+                         + (f"no dimension {', '.join(extra)}" if extra else ""))
+    check_constraints(prog.graph, sizes)
+    return sizes
+
+
+def get_target(name: str):
+    if name in ("trn1", "trn2"):
+        from axon.targets.trainium.target import TrainiumTarget
+
+        return TrainiumTarget(name)
+    raise InputError(f"unknown target {name!r}; expected trn1 or trn2")
+
+
+# --- the pipeline --------------------------------------------------------------------------
+def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16", *, budget_s: float = DEFAULT_BUDGET_S,
+             variants: int = 8, out_dir: Optional[Union[str, Path]] = None, cache: Optional[ResultCache] = None,
+             progress: Optional[Callable[[str], None]] = None, seed: int = 0) -> OptimizeResult:
+    say = progress or (lambda s: None)
+    prog, bench = resolve_program(program)
+    sizes = resolve_sizes(prog, bench, sizes)
+    dtype_named(dtype)
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise UnsupportedError(f"dtype {dtype} is not supported by the kernels Axon emits (float32, bfloat16, float16)")
+    tgt = get_target(target)
+    cache = cache if cache is not None else default_cache()
+    t0 = time.perf_counter()
+
+    # symbolic phase: variants, lowerings, tilings, emission
+    from axon.rewriting import discover
+
+    say(f"{prog.name} {sizes} on {tgt.name} ({dtype}): discovering rewrites")
+    nu, _stats = discover(prog.graph)
+    vs = nu.extract_variants(limit=variants)
+    proofs = {"proved": 0, "refuted": 0, "unknown": 0}
+    for p in nu.proofs:
+        key = {"PROVED": "proved", "REFUTED": "refuted"}.get(p.status, "unknown")
+        proofs[key] += 1
+    pool = [(v.graph, tuple(nu.proofs[i].rewrite for i in v.rewrites)) for v in vs] or [(prog.graph, ())]
+    lowerer = Lowerer(tgt)
+    counts = Counts()
+    say(f"{len(pool)} variant(s); tiling and emitting candidates")
+    try:
+        baseline = direct_lowering(prog.name, prog.graph, sizes, tgt, dtype, lowerer)
+    except UnsupportedError as err:
+        raise UnsupportedError(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
+    cands = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say)
+    base_misfit = baseline.misfit
+    if base_misfit:
+        counts.reject(f"direct lowering: {base_misfit}")
+    elif not any(c.key == baseline.key for c in cands):
+        cands.append(baseline)
+    if not cands:
+        why = "; ".join(counts.reasons[:3]) or "no tiling fits"
+        raise UnsupportedError(f"{prog.name}: no candidate kernel fits {tgt.name}: {why}")
+    t_symbolic = time.perf_counter() - t0
+
+    # selection phase
+    t1 = time.perf_counter()
+    shapes = prog.random_inputs(sizes, dtype=dtype, seed=seed)
+    # cheap first rank (estimated traffic), then the performance model on the most promising
+    cands.sort(key=lambda c: c.static_cost)
+    shortlist = cands[:MODEL_SHORTLIST]
+    if not any(c.key == baseline.key for c in shortlist):
+        shortlist.append(baseline)
+    say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation)")
+    ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say)
+    timed = {c.key: t for c, t in ranked}
+    base_t = (Timing(float("inf"), 0.0, base_misfit) if base_misfit
+              else timed.get(baseline.key) or rank(tgt, [baseline], shapes, cache, budget_s)[0][1])
+    failed_sim = [c for c, t in ranked if t.error]
+    expected = prog.reference(**{k: v.astype("float32") for k, v in shapes.items()})
+    winner, check, failed_numerics, checked = None, None, 0, 0
+    for cand, t in ranked:
+        if t.error or checked >= MAX_CHECKS:
+            continue
+        checked += 1
+        say(f"checking candidate at {t.latency_ns / 1e3:.1f} us numerically at full size")
+        check = check_candidate(tgt, cand.source, shapes, expected, dtype)
+        if check.ok:
+            winner = (cand, t)
+            break
+        failed_numerics += 1
+        say(f"  failed: {check.error or f'max |err| {check.max_abs_err:.3g} (scale {check.scale:.3g})'}")
+    if winner is None and not base_t.error and baseline.key not in [c.key for c, _ in ranked[:checked]]:
+        check = check_candidate(tgt, baseline.source, shapes, expected, dtype)
+        if check.ok:
+            winner = (baseline, base_t)
+    if winner is None:
+        detail = (check.error or f"max |err| {check.max_abs_err:.3g}") if check else "every simulation failed"
+        errs = sorted({t.error.split(': ', 1)[-1] for _, t in ranked if t.error})[:2]
+        raise UnsupportedError(f"{prog.name}: no candidate passed the numerical check ({detail})"
+                               + (f"; simulation errors: {'; '.join(errs)}" if errs else ""))
+    cand, t = winner
+    t_selection = time.perf_counter() - t1
+    rtol = {"float32": "rtol=atol=1e-4", "bfloat16": "rtol=atol=2e-2", "float16": "rtol=atol=2e-2"}[dtype]
+    result = OptimizeResult(
+        benchmark=prog.name, target=tgt.name, sizes=sizes, dtype=dtype, kernel_source=cand.source,
+        latency_ns=t.latency_ns, roofline_ns=t.roofline_ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
+        tiling=cand.tiling(), fusion=cand.fusion, baseline_latency_ns=base_t.latency_ns,
+        candidates={"generated": len(cands),
+                    "rejected_by_constraints": counts.rejected_by_constraints,
+                    "unsupported": counts.unsupported, "failed_simulation": len(failed_sim),
+                    "failed_numerics": failed_numerics, "evaluated": len(ranked), "checked": checked,
+                    "shortlisted_by_static_cost": len(shortlist)},
+        proofs=proofs, time_s={"symbolic": round(t_symbolic, 3), "selection": round(t_selection, 3)},
+        check=f"full size {sizes}, random normal inputs (seed {seed}), {dtype}, {rtol} against the float64 "
+              f"NumPy reference, scaled by max|ref| = {check.scale:.4g}",
+        winner=cand)
+    result.report = _report(result, cand, counts)
+    if out_dir is not None:
+        write_outputs(result, tgt, Path(out_dir), shapes)
+    say(f"best {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of roofline), "
+        f"direct lowering {result.baseline_latency_ns / 1e3:.1f} us")
+    return result
+
+
+def _report(r: OptimizeResult, cand: Candidate, counts: Counts) -> str:
+    lines = [f"{r.benchmark} on {r.target} ({r.dtype}), sizes {r.sizes}",
+             f"  best:     {r.latency_ns / 1e3:.2f} us, {r.roofline_fraction:.0%} of the model's roofline "
+             f"({r.roofline_ns / 1e3:.2f} us); {cand.describe()}",
+             f"  baseline: {r.baseline_latency_ns / 1e3:.2f} us (direct lowering); speedup {r.speedup:.2f}x",
+             f"  rewrites: {', '.join(r.rewrites) or 'none'}",
+             f"  checked:  {r.check}; max |err| {r.max_abs_err:.3g}",
+             f"  candidates: {r.candidates}",
+             f"  proofs:   {r.proofs}; time {r.time_s}"]
+    if counts.reasons:
+        lines.append("  rejections (first few): " + "; ".join(counts.reasons[:3]))
+    return "\n".join(lines)
+
+
+def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{result.benchmark}_{result.target}"
+    kpath = out_dir / f"{stem}{tgt.kernel_suffix}"
+    kpath.write_text(result.kernel_source)
+    result.kernel_path = str(kpath)
+    try:
+        m = tgt.run(result.kernel_source, shapes, timing_only=True, keep_schedule=True)
+        tpath = out_dir / f"{stem}.trace.json"
+        tgt.write_trace(m, tpath)
+        result.trace_path = str(tpath)
+    except (AxonError, OSError) as err:
+        print(f"axon: warning: no trace written: {err}", file=sys.stderr)
+    (out_dir / f"{stem}.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")

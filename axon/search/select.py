@@ -1,0 +1,141 @@
+"""Empirical selection: rank candidates by the performance model, check the best numerically.
+
+1. Every candidate runs once on the simulator in timing-only mode (no arithmetic, shapes only):
+   its instruction trace goes through the performance model. This is the cheap ranking.
+2. In latency order, candidates are run with data (random inputs, full size) and compared with
+   the NumPy reference (float64); the first that passes wins. A candidate whose simulation fails
+   or whose numbers disagree is counted and skipped.
+
+Tolerances: |out - ref| <= atol * max|ref| + rtol * |ref| elementwise, with rtol = atol = 1e-4
+for float32 (the paper's), and 2e-2 for bfloat16 / float16 (a few bf16 ulps: the kernel rounds
+its matmul operands and its output to bf16, the reference does not), both scaled by the output's
+largest magnitude so the test does not depend on the inputs' scale.
+
+Results are cached on disk by (candidate source, target, mode) so a rerun pays nothing.
+Invariant: shared stage; the target is reached through `target.run`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from axon.errors import AxonError
+
+TOLERANCES = {"float32": (1e-4, 1e-4), "bfloat16": (2e-2, 2e-2), "float16": (2e-2, 2e-2)}
+
+
+@dataclass
+class Timing:
+    latency_ns: float
+    roofline_ns: float
+    error: str = ""
+
+
+@dataclass
+class Check:
+    ok: bool
+    max_abs_err: float
+    scale: float
+    error: str = ""
+
+
+class ResultCache:
+    """JSON files under a directory, keyed by a hash of what determines the result."""
+
+    def __init__(self, root: Optional[Path]):
+        self.root = root
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def key(*parts: str) -> str:
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+    def get(self, key: str) -> Optional[dict]:
+        if self.root is None:
+            return None
+        p = self.root / f"{key}.json"
+        try:
+            return json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, key: str, value: dict) -> None:
+        if self.root is None:
+            return
+        tmp = self.root / f".{key}.{os.getpid()}"
+        tmp.write_text(json.dumps(value))
+        tmp.replace(self.root / f"{key}.json")
+
+
+def default_cache() -> ResultCache:
+    root = os.environ.get("AXON_CACHE_DIR")
+    if root == "":
+        return ResultCache(None)
+    return ResultCache(Path(root) if root else Path.home() / ".cache" / "axon" / "results")
+
+
+def time_candidate(target, source: str, inputs: dict, cache: ResultCache) -> Timing:
+    key = cache.key("timing", target.name, source, *(f"{k}{v.shape}{v.dtype}" for k, v in sorted(inputs.items())))
+    hit = cache.get(key)
+    if hit is not None:
+        return Timing(**hit)
+    try:
+        m = target.run(source, inputs, timing_only=True)
+        t = Timing(m.latency_ns, m.roofline_ns)
+    except AxonError as err:
+        t = Timing(float("inf"), 0.0, str(err))
+    if t.error == "" or "KernelError" not in t.error:
+        cache.put(key, {"latency_ns": t.latency_ns, "roofline_ns": t.roofline_ns, "error": t.error})
+    return t
+
+
+def compare(outputs: list, expected: tuple, dtype: str) -> Check:
+    rtol, atol = TOLERANCES.get(dtype, TOLERANCES["bfloat16"])
+    if len(outputs) != len(expected):
+        return Check(False, float("inf"), 0.0, f"{len(outputs)} outputs, expected {len(expected)}")
+    worst, scale, ok = 0.0, 0.0, True
+    for got, want in zip(outputs, expected):
+        g = np.asarray(got).astype(np.float64)
+        if g.shape != want.shape:
+            return Check(False, float("inf"), 0.0, f"output shape {g.shape}, expected {want.shape}")
+        err = np.abs(g - want)
+        s = float(np.max(np.abs(want))) if want.size else 0.0
+        worst = max(worst, float(np.max(err)) if err.size else 0.0)
+        scale = max(scale, s)
+        if not np.all(np.isfinite(g)) or not np.all(err <= atol * max(s, 1e-30) + rtol * np.abs(want)):
+            ok = False
+    return Check(ok, worst, scale)
+
+
+def check_candidate(target, source: str, inputs: dict, expected: tuple, dtype: str) -> Check:
+    try:
+        m = target.run(source, inputs, timing_only=False)
+    except AxonError as err:
+        return Check(False, float("inf"), 0.0, str(err))
+    return compare(m.outputs, expected, dtype)
+
+
+def rank(target, candidates: list, inputs: dict, cache: ResultCache, budget_s: float,
+         progress: Optional[Callable[[str], None]] = None) -> list[tuple[object, Timing]]:
+    """Timing-only runs of the candidates (until the budget is spent), fastest first."""
+    start = time.perf_counter()
+    out = []
+    for i, cand in enumerate(candidates):
+        if time.perf_counter() - start > budget_s and out:
+            if progress:
+                progress(f"ranking budget spent after {i} of {len(candidates)} candidates")
+            break
+        out.append((cand, time_candidate(target, cand.source, inputs, cache)))
+        if progress and (i + 1) % 10 == 0:
+            best = min(t.latency_ns for _, t in out)
+            progress(f"ranked {i + 1}/{len(candidates)} (best so far {best / 1e3:.1f} us)")
+    out.sort(key=lambda ct: ct[1].latency_ns)
+    return out

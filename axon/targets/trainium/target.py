@@ -1,0 +1,92 @@
+"""The Trainium target as the shared stages see it: limits, lowerings, emitter, runner.
+
+Tiling, selection and `optimize` talk to a target only through this object's methods; a CPU
+target provides the same ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from axon.targets.trainium.hardware import HardwareDescription, get_target
+from axon.tiling.space import Limits
+
+
+@dataclass
+class Measured:
+    latency_ns: float
+    roofline_ns: float
+    outputs: object  # arrays, or None for timing-only runs
+    estimate: object
+
+
+class TrainiumTarget:
+    def __init__(self, name: str = "trn2"):
+        self.hw: HardwareDescription = get_target(name)
+        self.name = self.hw.name
+        self.kernel_suffix = ".py"
+        self.dma_transpose = self.name == "trn2"  # DMA transpose is a NeuronCore-v3 feature
+
+    def limits(self) -> Limits:
+        m, t = self.hw.memory, self.hw.tiles
+        return Limits(partitions=t.pmax, contraction_max=t.matmul_contraction_max,
+                      stationary_free_max=t.matmul_stationary_free_max, moving_free_max=t.matmul_moving_free_max,
+                      free_max=t.free_max_sbuf_elems, onchip_bytes=m.sbuf_bytes_per_partition,
+                      accum_bank_bytes=m.psum_bank_bytes, accum_banks=m.psum_banks)
+
+    def emitter(self, dtype: str):
+        from axon.targets.trainium.emitter import NkiEmitter
+
+        return NkiEmitter(dtype)
+
+    def synthesizer(self):
+        """The synthesis stage over this target's instruction specs, or None while it is absent."""
+        try:
+            from axon.synthesis import Synthesizer
+            from axon.targets.trainium import isa
+        except ImportError:
+            return None
+        try:
+            from axon.verification import Verifier
+
+            verifier = Verifier()
+        except Exception:
+            verifier = None
+        try:
+            return Synthesizer(getattr(isa, f"{self.name.upper()}_ISA"), verifier)
+        except Exception:
+            return None
+
+    def fallback_lowering(self, pattern):
+        from axon.targets.trainium.lowerings import fallback
+
+        return fallback(pattern)
+
+    def can_emit(self, lowering) -> bool:
+        from axon.targets.trainium.emitter import EMITTABLE
+
+        return all(s.instruction in EMITTABLE for s in lowering.steps)
+
+    def run(self, source: str, inputs: dict, timing_only: bool, keep_schedule: bool = False) -> Measured:
+        from axon.targets.trainium.perfmodel import estimate
+        from axon.targets.trainium.simulator import ShapeDtype, simulate_source
+
+        args = {k: (ShapeDtype(v.shape, _dtype_name(v.dtype)) if timing_only else v) for k, v in inputs.items()}
+        res = simulate_source(source, None, args, target=self.name, timing_only=timing_only)
+        est = estimate(res.trace, self.hw, keep_schedule=keep_schedule)
+        outs = None
+        if not timing_only:
+            o = res.outputs
+            outs = list(o) if isinstance(o, (tuple, list)) else [o]
+        return Measured(est.latency_ns, est.roofline_ns, outs, est)
+
+    def write_trace(self, measured: Measured, path: Path) -> None:
+        from axon.targets.trainium.perfmodel import write_perfetto
+
+        write_perfetto(measured.estimate, path)
+
+
+def _dtype_name(dt) -> str:
+    return np.dtype(dt).name if np.dtype(dt).kind != "V" else "bfloat16"

@@ -1,0 +1,1 @@
+"""Symbolic tiling (space.py) and kernel construction from tiled passes (build.py)."""

@@ -1,0 +1,394 @@
+"""From a tiled, fused program to kernel text, through a target's emitter.
+
+`build_kernel(world, passes, sizes, lower, emitter, ...)` walks each pass (a fusion group and its
+tiling) and drives the emitter's verbs: loops, on-chip allocations, DMA loads and stores, layout
+moves (transposes onto the partition axis), matmul accumulation and, for every operator, the
+instruction `Step`s of its lowering. Loop structure per pass:
+
+    for batch...:                 (leading dimensions, e.g. kv heads and groups)
+      for rb in row blocks:       (row_block row tiles of row_tile rows)
+        row phase:    for r in row tiles: load, compute the row operators on [P, C] tiles,
+                      keep what later phases need (block buffers, transposed stationaries)
+        matmul phase: for nb in weight blocks: load weight blocks (shared by the block's rows)
+                        for r, for nt: accumulate over K, apply the epilogue on the chunk,
+                        pack and store / keep
+
+Invariant: shared stage. Everything target-specific (instruction syntax, memories, how a
+transpose or a broadcast is done) is behind the emitter's verbs; this module sees only shapes,
+tilings and the lowerings' steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from axon.errors import UnsupportedError
+from axon.fusion.nodes import Group, RowWorld, phases, view_source
+from axon.ir import Node
+from axon.semantics.algebra import const_value
+from axon.semantics.ops import Op
+from axon.tiling.space import Tiling, concrete
+
+
+@dataclass(frozen=True)
+class Pass:
+    group: Group
+    tiling: Tiling
+
+
+@dataclass(frozen=True)
+class Options:
+    stationary: str = "pe"  # how an input's rows reach the contraction layout: "pe" | "dma"
+
+
+def _ex(*terms) -> str:
+    """A readable sum of index terms: _ex(("i_rb", 512), ("i_r", 128), 64) -> 'rb * 512 + r * 128 + 64'."""
+    parts, const = [], 0
+    for t in terms:
+        if isinstance(t, tuple):
+            var, k = t
+            if k == 0:
+                continue
+            parts.append(var if k == 1 else f"{var} * {k}")
+        else:
+            const += t
+    if const or not parts:
+        parts.append(str(const))
+    return " + ".join(parts)
+
+
+def inplace_plan(nodes, block, trans, outputs, hbm, cols) -> dict:
+    """node -> the operand computed earlier in the same phase whose f32 tile it may overwrite:
+    same width, not kept for later phases, not stored, and read last by this node."""
+    last: dict = {}
+    for i, n in enumerate(nodes):
+        for x in n.inputs:
+            last[x] = i
+    own = set(nodes)
+    out = {}
+    for i, n in enumerate(nodes):
+        if n.op is Op.MATMUL:
+            continue
+        for x in n.inputs:
+            if (x in own and last.get(x) == i and cols(x) == cols(n) and x not in block and x not in trans
+                    and x not in outputs and x not in hbm):
+                out[n] = x
+                break
+    return out
+
+
+class KernelBuilder:
+    def __init__(self, world: RowWorld, passes: list[Pass], sizes: Mapping[str, int],
+                 lower: Callable[[Node], object], emitter, options: Options = Options()):
+        self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
+        self.hbm: dict[Node, str] = {}  # node -> HBM tensor name (inputs, scratch)
+        self.outputs: dict[Node, tuple[str, bool]] = {}  # node -> (output name, stored transposed)
+        self.vectors: dict[Node, str] = {}
+
+    # -- sizes ------------------------------------------------------------------------------
+    def c(self, size) -> int:
+        return concrete(size, self.sizes)
+
+    def cols(self, node: Node) -> int:
+        return self.c(node.shape[-1])
+
+    # -- the kernel -------------------------------------------------------------------------
+    def build(self, name: str, header: list[str]) -> str:
+        g = self.w.graph
+        em = self.em
+        params = [n.params.name for n in g.inputs]
+        for n in g.inputs:
+            self.hbm[n] = n.params.name
+        em.begin(name, params, header)
+        out_names = []
+        for i, o in enumerate(g.outputs):
+            oname = f"out{i}" if len(g.outputs) > 1 else "out"
+            em.hbm(oname, [self.c(s) for s in o.shape], "kernel", output=True)
+            src = o.inputs[0] if (o.op is Op.TRANSPOSE and self.w.roles[o] == "row") else o
+            self.outputs[src] = (oname, src is not o)
+            out_names.append(oname)
+        consumers: dict[Node, set[int]] = {}
+        owner: dict[Node, int] = {}
+        for pi, p in enumerate(self.passes):
+            for n in p.group.nodes:
+                owner[n] = pi
+                for x in n.inputs:
+                    consumers.setdefault(x, set()).add(pi)
+        for n, users in consumers.items():
+            if n in owner and any(u != owner[n] for u in users) and n not in self.hbm:
+                self.hbm[n] = em.fresh("scratch")
+                em.hbm(self.hbm[n], [self.c(s) for s in n.shape], "kernel", output=False)
+        for v in sorted({x for p in self.passes for n in p.group.nodes for x in n.inputs
+                         if self.w.roles.get(x) == "vector"}, key=lambda v: v.params.name):
+            self.vectors[v] = em.fresh(f"{v.params.name}_rows")
+            em.broadcast_vector(self.vectors[v], v.params.name, self.cols(v), self.rows_tile())
+        for pi, p in enumerate(self.passes):
+            self.emit_pass(pi, p, consumers, owner)
+        return em.finish(out_names)
+
+    def rows_tile(self) -> int:
+        return self.passes[0].tiling.row_tile
+
+    # -- HBM indexing ---------------------------------------------------------------------------
+    def hbm_ref(self, node: Node, rows: str, P: int, cols: str, transposed=False) -> str:
+        """`name[b0, b1, rows, cols]` for an HBM tensor holding node's value (or an input it views)."""
+        src = view_source(node) if self.w.roles.get(node) == "view" else node
+        name = self.hbm[src]
+        nb = src.rank - 2
+        batch = []
+        wb = self.w.batch
+        for j in range(nb):
+            wj = len(wb) - nb + j
+            size = self.c(src.shape[j])
+            batch.append("0" if size == 1 else f"i_b{wj}")
+        r = f"{rows}:{rows} + {P}" if P > 1 else rows
+        idx = batch + ([cols, r] if transposed else [r, cols])
+        return f"{name}[{', '.join(idx)}]"
+
+    # -- one pass ---------------------------------------------------------------------------
+    def emit_pass(self, pi: int, p: Pass, consumers, owner):
+        em, w, t = self.em, self.w, p.tiling
+        members = set(p.group.nodes)
+        phs = phases(w, p.group)
+        P, BM = t.row_tile, t.row_block
+        R = self.c(w.row)
+        em.comment(f"pass {pi + 1}: " + ", ".join(n.op.value for n in p.group.nodes)
+                   + f"  (rows {P} x {BM} per block, n_tile {t.n_tile}, n_block {t.n_block or 'all'})")
+        # which values later phases need, and how
+        phase_of = {n: i for i, ph in enumerate(phs) for n in ph.nodes}
+        stationary = {mm.inputs[0] for ph in phs for mm in ph.matmuls}
+        later: dict[Node, bool] = {}
+        for i, ph in enumerate(phs):
+            for n in ph.nodes:
+                for x in n.inputs:
+                    if x in phase_of and phase_of[x] < i and not (n.op is Op.MATMUL and x is n.inputs[0]):
+                        later[x] = True
+        ctx = []
+        for j, size in enumerate(w.batch):
+            ctx.append(em.loop(f"i_b{j}", self.c(size)))
+            ctx[-1].__enter__()
+        with em.loop("i_rb", R // (P * BM)):
+            rows0 = ("i_rb", P * BM)
+            block: dict[Node, str] = {}
+            trans: dict[Node, tuple[str, int, str]] = {}  # node -> (tile, k_tiles, layout)
+            for n in set(block) | set(later):
+                pass
+            for n in later:
+                block[n] = em.alloc(f"{self._nm(n)}_blk", P, BM * self.cols(n), "f32")
+            for n in stationary:
+                if n in members:
+                    K = self.cols(n)
+                    kt = t.k_tile
+                    trans[n] = (em.alloc(f"{self._nm(n)}_T", kt, (K // kt) * BM * P, "kernel"), K // kt, "i_r")
+            for i, ph in enumerate(phs):
+                if ph.kind == "row":
+                    self.row_phase(ph, t, rows0, block, trans, members, stationary, consumers, owner, pi)
+                else:
+                    self.matmul_phase(ph, t, rows0, block, trans, members, consumers, owner, pi)
+        for c in reversed(ctx):
+            c.__exit__(None, None, None)
+
+    def _nm(self, n: Node) -> str:
+        return self.em.fresh(n.op.value)
+
+    def _needs_store(self, n: Node, consumers, owner, pi) -> list[tuple[str, bool]]:
+        out = []
+        if n in self.outputs:
+            out.append(self.outputs[n])
+        if n in self.hbm and n.op is not Op.INPUT:
+            out.append((self.hbm[n], False))
+        return out
+
+    # -- operands ---------------------------------------------------------------------------
+    def operand(self, x: Node, here: dict, block, members, r: str, P: int, rows: str, chunk=None):
+        """Tile expression (or a number) for operand x of an operator in the current row tile."""
+        w, em = self.w, self.em
+        role = w.roles.get(x)
+        if x in here:
+            return here[x]
+        if role == "const":
+            return const_value(x.params.value, self.sizes)
+        if role == "vector":
+            c0, width = chunk if chunk else ("0", self.cols(x))
+            return em.view(self.vectors[x], P, c0, width)
+        if x in block:
+            C = self.cols(x)
+            if chunk and C != 1:
+                return em.view(block[x], P, _ex((r, C)) + f" + {chunk[0]}", chunk[1])
+            return em.view(block[x], P, _ex((r, C)), C)
+        # from HBM: an input, a view of one, or another pass's result
+        C = self.cols(x)
+        if chunk and C != 1:
+            c0, width = chunk
+            cols = f"{c0}:{c0} + {width}"
+        else:
+            width, cols = C, f"0:{C}"
+        if role == "view" and x.op is Op.SLICE:
+            # load the whole rows of the input once; the slice is a strided view of that tile
+            (_, _, _), (start, _, step) = x.params.slices[-2:]
+            src = view_source(x)
+            whole = self.operand(src, here, block, members, r, P, rows)
+            tile = whole.split("[", 1)[0]
+            here[x] = f"{tile}[0:{P}, {start}:{self.cols(src)}:{step}]"
+            return here[x]
+        if role == "view" and x.op is not Op.SLICE:
+            raise UnsupportedError(f"{x.op.value} of an input used by a row operator")
+        tile = em.alloc(f"{self._hbm_name(x)}_t", P, width, "kernel")
+        em.dma(em.view(tile, P, "0", width), self.hbm_ref(x, rows, P, cols))
+        here[x] = em.view(tile, P, "0", width)
+        return here[x]
+
+    def _hbm_name(self, x: Node) -> str:
+        src = view_source(x) if self.w.roles.get(x) == "view" else x
+        return self.hbm.get(src, "v")
+
+    def apply(self, n: Node, operands: list, dst: str, P: int, width: int):
+        lw = self.lower(n)
+        if lw is None:
+            raise UnsupportedError(f"no instruction sequence implements {n.op.value}"
+                                   f"({', '.join(i.op.value for i in n.inputs)}) on this target")
+        self.em.steps(lw, operands, dst, P, width)
+
+    # -- row phase --------------------------------------------------------------------------
+    def row_phase(self, ph, t: Tiling, rows0, block, trans, members, stationary, consumers, owner, pi):
+        em = self.em
+        P, BM = t.row_tile, t.row_block
+        with em.loop("i_r", BM):
+            rows = _ex(rows0, ("i_r", P))
+            here: dict[Node, str] = {}
+            reusable = inplace_plan(ph.nodes, block, trans, self.outputs, self.hbm, self.cols)
+            for n in ph.nodes:
+                ops = [self.operand(x, here, block, members, "i_r", P, rows) for x in n.inputs]
+                C = self.cols(n)
+                only_t = n in stationary and n not in block and n not in self.outputs and n not in self.hbm
+                if n in block:
+                    dst = em.view(block[n], P, _ex(("i_r", C)), C)
+                elif n in reusable and not only_t:  # element-wise in place: the operand dies here
+                    dst = here[reusable[n]]
+                else:
+                    dst = em.view(em.alloc(self._nm(n), P, C, "kernel" if only_t else "f32"), P, "0", C)
+                self.apply(n, ops, dst, P, C)
+                here[n] = dst
+                if n in trans:
+                    tile, kts, _ = trans[n]
+                    em.transpose_into(tile, dst, P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
+                for oname, transposed in self._needs_store(n, consumers, owner, pi):
+                    self.store(n, dst, oname, transposed, rows, P, "0", C)
+
+    def store(self, n: Node, tile: str, oname: str, transposed: bool, rows: str, P: int, c0: str, width: int):
+        em = self.em
+        if transposed:
+            em.store_transposed(oname, tile, rows, P, c0, width, self._batch_prefix(n))
+        else:
+            src = tile
+            if em.needs_cast_for_store(tile):
+                cast = em.alloc("st", P, width, "kernel")
+                em.copy(em.view(cast, P, "0", width), tile)
+                src = em.view(cast, P, "0", width)
+            ref = self._out_ref(n, oname, rows, P, f"{c0}:{c0} + {width}" if c0 != "0" else f"0:{width}")
+            em.dma(ref, src)
+
+    def _batch_prefix(self, n: Node) -> list[str]:
+        nb = n.rank - 2
+        wb = self.w.batch
+        return [f"i_b{len(wb) - nb + j}" if self.c(n.shape[j]) != 1 else "0" for j in range(nb)]
+
+    def _out_ref(self, n: Node, oname: str, rows: str, P: int, cols: str) -> str:
+        idx = self._batch_prefix(n) + [f"{rows}:{rows} + {P}", cols]
+        return f"{oname}[{', '.join(idx)}]"
+
+    # -- matmul phase -----------------------------------------------------------------------
+    def matmul_phase(self, ph, t: Tiling, rows0, block, trans, members, consumers, owner, pi):
+        em, w = self.em, self.w
+        P, BM, KT = t.row_tile, t.row_block, t.k_tile
+        A = ph.matmuls[0].inputs[0]
+        K = self.cols(A)
+        N = self.cols(ph.matmuls[0])
+        kts = K // KT
+        if K % KT:
+            raise UnsupportedError(f"contraction {K} is not a multiple of the tile {KT}")
+        NB, NT = t.n_block_for(N), t.n_tile_for(N)
+        if N % NB or NB % NT:
+            raise UnsupportedError(f"width {N} does not split into blocks of {NB} and tiles of {NT}")
+        # the stationary operand: A^T in K-tiles of [KT, P]
+        if A in trans:
+            tile, _, layout = trans[A]
+        elif w.roles.get(A) == "view" and A.op is Op.TRANSPOSE:
+            tile, layout = em.alloc("lhsT", KT, kts * BM * P, "kernel"), "k"
+            src = view_source(A)
+            with em.loop("i_kt", kts):
+                em.dma(em.view(tile, KT, _ex(("i_kt", BM * P)), BM * P),
+                       self._ref_rows_cols(src, f"i_kt * {KT}", KT, _ex(rows0), BM * P))
+        else:
+            tile, layout = em.alloc("lhsT", KT, kts * BM * P, "kernel"), "i_r"
+            with em.loop("i_r", BM):
+                rows = _ex(rows0, ("i_r", P))
+                if self.opt.stationary == "dma" and (A.op is Op.INPUT or A in self.hbm):
+                    with em.loop("i_kt", kts):
+                        em.dma_transpose(em.view(tile, KT, _ex(("i_r", kts * P), ("i_kt", P)), P),
+                                         self.hbm_ref(A, rows, P, f"i_kt * {KT}:i_kt * {KT} + {KT}"))
+                else:
+                    here: dict = {}
+                    src = self.operand(A, here, block, members, "i_r", P, rows)
+                    em.transpose_into(tile, src, P, KT, kts, "i_r", _ex(("i_r", kts * P)))
+        tcol = (lambda kt: _ex(("i_r", kts * P), (kt, P))) if layout == "i_r" else (lambda kt: _ex((kt, BM * P), ("i_r", P)))
+        # epilogue values kept for later phases / stored
+        keep = [n for n in ph.nodes if n in block or n in trans]
+        with em.loop("i_nb", N // NB):
+            wblk = {}
+            for mm in ph.matmuls:
+                B = mm.inputs[1]
+                wt = em.alloc("w", KT, kts * NB, "kernel")
+                wblk[mm] = wt
+                if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE:
+                    src = view_source(B)  # [.., N, K]: rows of src are output columns
+                    with em.loop("i_j", NB // P if NB >= P else 1):
+                        jn = min(P, NB)
+                        here = {}
+                        rt = em.alloc("wrows", jn, K, "kernel")
+                        em.dma(em.view(rt, jn, "0", K), self._ref_rows_cols(src, _ex(("i_nb", NB), ("i_j", jn)), jn, "0", K))
+                        em.transpose_into(wt, em.view(rt, jn, "0", K), jn, KT, kts, "k", _ex(("i_j", jn)), stride=NB)
+                else:
+                    with em.loop("i_kt", kts):
+                        em.dma(em.view(wt, KT, _ex(("i_kt", NB)), NB),
+                               self._ref_rows_cols(B, f"i_kt * {KT}", KT, _ex(("i_nb", NB)), NB))
+            with em.loop("i_r", BM):
+                rows = _ex(rows0, ("i_r", P))
+                packs = {}
+                for n in ph.nodes:
+                    for oname, tr in self._needs_store(n, consumers, owner, pi):
+                        if not tr:
+                            packs[(n, oname)] = em.alloc("o", P, NB, "kernel")
+                with em.loop("i_nt", NB // NT):
+                    col0 = _ex(("i_nb", NB), ("i_nt", NT))
+                    here: dict[Node, str] = {}
+                    for mm in ph.matmuls:
+                        acc = em.alloc("acc", P, NT, "accum")
+                        em.matmul(acc, tile, wblk[mm], P, KT, NT, kts, tcol("i_kt"), _ex(("i_kt", NB), ("i_nt", NT)))
+                        here[mm] = em.view(acc, P, "0", NT)
+                    for n in ph.epilogue:
+                        ops = [self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)) for x in n.inputs]
+                        dst = em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)
+                        self.apply(n, ops, dst, P, NT)
+                        here[n] = dst
+                    for n in ph.nodes:
+                        if n in block:
+                            em.copy(em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT), here[n])
+                        if n in trans:
+                            ttile, tk, _ = trans[n]
+                            em.transpose_into(ttile, here[n], P, KT, NT // KT, "i_r",
+                                              _ex(("i_r", tk * P), ("i_nb", NB // KT * P), ("i_nt", NT // KT * P)))
+                        for oname, tr in self._needs_store(n, consumers, owner, pi):
+                            if tr:
+                                em.store_transposed(oname, here[n], rows, P, col0, NT, self._batch_prefix(n))
+                            else:
+                                em.copy(em.view(packs[(n, oname)], P, _ex(("i_nt", NT)), NT), here[n])
+                for (n, oname), pk in packs.items():
+                    em.dma(self._out_ref(n, oname, rows, P, f"i_nb * {NB}:i_nb * {NB} + {NB}"), em.view(pk, P, "0", NB))
+
+    def _ref_rows_cols(self, node: Node, r0: str, nr: int, c0: str, nc: int) -> str:
+        """HBM block node[.., r0:r0+nr, c0:c0+nc] (batch indices from the loops)."""
+        src = view_source(node) if self.w.roles.get(node) == "view" else node
+        name = self.hbm[src]
+        idx = self._batch_prefix(src) + [f"{r0}:{r0} + {nr}", f"{c0}:{c0} + {nc}"]
+        return f"{name}[{', '.join(idx)}]"

@@ -1,0 +1,92 @@
+"""Selection and the optimize interface: correct winner, never slower than the direct lowering,
+clear errors for bad input."""
+import json
+
+import numpy as np
+import pytest
+
+import axon
+from axon.cli import main
+from axon.errors import AxonError, InputError, UnsupportedError
+from axon.search.optimize import optimize
+from axon.search.select import ResultCache, compare
+
+
+@pytest.fixture(autouse=True)
+def _no_home_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_compare_tolerances():
+    ref = (np.linspace(-1, 1, 64).reshape(8, 8),)
+    assert compare([ref[0] + 5e-5], ref, "float32").ok
+    assert not compare([ref[0] + 5e-3], ref, "float32").ok
+    assert compare([ref[0] + 5e-3], ref, "bfloat16").ok
+    assert not compare([ref[0] * np.nan], ref, "bfloat16").ok
+
+
+def test_cache_round_trip(tmp_path):
+    c = ResultCache(tmp_path)
+    k = c.key("a", "b")
+    assert c.get(k) is None
+    c.put(k, {"x": 1})
+    assert c.get(k) == {"x": 1}
+
+
+def test_optimize_rmsnorm_matmul_small(tmp_path):
+    r = optimize("rmsnorm_matmul", "small", out_dir=tmp_path)
+    assert r.latency_ns <= r.baseline_latency_ns
+    assert 0 < r.roofline_fraction <= 1
+    assert r.candidates["generated"] >= r.candidates["evaluated"] >= 1
+    assert r.proofs["proved"] >= 1
+    data = json.loads((tmp_path / "rmsnorm_matmul_trn2.json").read_text())
+    for key in ("benchmark", "target", "sizes", "dtype", "best", "baseline", "candidates", "proofs", "time_s"):
+        assert key in data
+    for key in ("kernel_path", "latency_ns", "roofline_ns", "max_abs_err", "rewrites", "tiling"):
+        assert key in data["best"]
+    assert (tmp_path / "rmsnorm_matmul_trn2.py").read_text() == r.kernel_source
+    assert (tmp_path / "rmsnorm_matmul_trn2.trace.json").exists()
+
+
+def test_optimize_a_user_program_float32():
+    @axon.program(x=("m", "n"))
+    def scaled_exp(x):
+        return axon.exp(x) * 2.0
+
+    r = optimize(scaled_exp, {"m": 128, "n": 256}, dtype="float32")
+    assert r.max_abs_err < 1e-3 and r.latency_ns <= r.baseline_latency_ns
+
+
+def test_cli_writes_json(tmp_path, capsys):
+    out = tmp_path / "o"
+    rc = main(["optimize", "matmul", "--sizes", "m=128,k=128,n=512", "-o", str(out), "--json",
+               str(tmp_path / "r.json"), "--quiet"])
+    assert rc == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["sizes"] == {"m": 128, "k": 128, "n": 512} and data["best"]["latency_ns"] > 0
+
+
+def test_sizes_that_do_not_match_the_program():
+    with pytest.raises(InputError, match="missing n"):
+        optimize("matmul", {"m": 128, "k": 128})
+    with pytest.raises(InputError, match="no dimension q"):
+        optimize("matmul", {"m": 128, "k": 128, "n": 128, "q": 2})
+
+
+def test_bad_sizes_on_the_cli(capsys):
+    assert main(["optimize", "matmul", "--sizes", "m=abc"]) == 2
+    assert "bad --sizes" in capsys.readouterr().err
+
+
+def test_a_program_no_kernel_can_implement():
+    @axon.program(x=("m", "n"))
+    def column_sums(x):
+        return x.sum(axis=0, keepdims=True)
+
+    with pytest.raises(UnsupportedError, match="column_sums"):
+        optimize(column_sums, {"m": 128, "n": 128})
+
+
+def test_no_tiling_fits():
+    with pytest.raises(AxonError, match="fits|footprint|elements per partition"):
+        optimize("cumsum", {"m": 128, "n": 151936})
