@@ -1,0 +1,1 @@
+"""Compilation targets: one package per target (hardware description, instruction specs, emitter, runner)."""
