@@ -62,9 +62,12 @@ class FastPath(enum.Enum):
     """Conditions under which an instruction runs at `fast_mult` instead of `mult` cycles/elem."""
 
     NONE = "none"
-    # tensor_tensor: 1 cycle/elem when one input is in PSUM, or for bf16/fp16 add/mul/sub [isa]
+    # tensor_tensor on the Vector Engine (the docstring's cost table is "when it runs on Vector
+    # Engine"; GpSimd never gets it): N cycles when one input is in PSUM and the other in SBUF, or
+    # when both inputs are in SBUF, inputs and output are all bfloat16 (not fp16), the op is
+    # add/multiply/subtract and the inputs are contiguous along the free dimension [isa]
     PSUM_INPUT_OR_HALF_ARITH = "psum_input_or_half_arith"
-    # tensor_reduce: N/2 for bf16 add/max [isa]
+    # tensor_reduce: N/2 when input and output are both bfloat16 and the op is add or max [isa]
     HALF_ADD_MAX = "half_add_max"
 
 
@@ -117,6 +120,45 @@ class EngineSpec:
     # Fixed cycles to start any SBUF/PSUM access, paid by every instruction [isa rules of thumb:
     # "~60 cycles"]. TensorE uses its documented ~64-cycle matmul init latency instead [isa].
     access_start_cycles: int = 60
+
+
+@dataclass(frozen=True)
+class AccessRules:
+    """SBUF/PSUM access facts [arch trainium_inferentia2_arch, "Performance Consideration"]."""
+
+    # "When the most-minor F dimension stride is less than 16 bytes, SBUF/PSUM ... can supply a
+    # peak bandwidth ...; if [it] exceeds 16 bytes, [it] will be half of the peak bandwidth, which
+    # translates to roughly 50% performance hit on the instructions." Exactly 16 B is in neither
+    # sentence; we read "less than 16 B" as the condition for peak, so 16 B and more halve.
+    wide_stride_bytes: int = 16
+    wide_stride_slowdown: float = 2.0  # applied to the streaming (N-proportional) part of the cost
+    # NeuronCore-v2 only: "VectorE and GpSimdE cannot access SBUF in parallel", "VectorE and ScalarE
+    # cannot access PSUM in parallel"; the compiler serialises such instructions [arch]. Each entry
+    # is one shared port: (memory, engines whose instructions touching that memory take turns).
+    shared_ports: tuple = ()
+
+
+@dataclass(frozen=True)
+class SchedulerRules:
+    """What the model grants the Neuron compiler's instruction scheduler.
+
+    Each engine runs one instruction stream, but the compiler orders it: instructions of different
+    iterations of an nl.affine_range loop (declared free of loop-carried dependencies) may be
+    interleaved; sequential_range iterations, and statements within one iteration, keep their
+    order. The model places an instruction at the earliest time its dependencies and its engine
+    allow, ahead of earlier-issued instructions of its engine only if those belong to one of the
+    `affine_lookahead` previous iterations of an affine loop the two share. The window stands for
+    the compiler's finite scheduling window and the buffers it can give a loop body's tiles: a
+    lookahead of 2 is triple buffering (iteration t computes while t-1 drains and t-2's buffers are
+    reused), the usual depth of the compiler's software pipelining; it is a modelling choice, not
+    a documented number. Data dependencies through tiles always hold.
+    """
+
+    affine_lookahead: int = 2
+    # Waiting instructions an engine looks at per decision (and earlier unstarted ones it checks a
+    # candidate against): keeps the model near-linear in trace length; a real scheduler's window
+    # is finite too.
+    candidate_limit: int = 64
 
 
 @dataclass(frozen=True)
@@ -198,6 +240,8 @@ class HardwareDescription:
     hbm_bytes_per_ns: float = 0.0  # HBM bandwidth available to one core (chip / cores)
     tensor_peak_flops: dict[DType, float] = field(default_factory=dict)  # per core, FLOP/s
     overhead: OverheadRules = OverheadRules()
+    access: AccessRules = AccessRules()
+    scheduler: SchedulerRules = SchedulerRules()
 
     def clock_ghz(self, engine: Engine) -> float:
         return self.engines[engine].clock_ghz
@@ -235,6 +279,9 @@ TRN1 = HardwareDescription(
     # 92 TFLOPS bf16/fp16/tf32, 23 fp32 per core [arch]; 2*128*128*2.8 GHz = 91.75 TFLOPS. No FP8
     # speed-up on v2 (performance mode unsupported [isa nc_matmul]).
     tensor_peak_flops={DType.HALF: _peak(2.8), DType.FP8: _peak(2.8), DType.FP32: _peak(2.8) / 4},
+    # v2 SBUF/PSUM port sharing [arch]; v3 lifts both restrictions (trainium2_arch: no such rule).
+    access=AccessRules(shared_ports=(("sbuf", (Engine.VECTOR, Engine.GPSIMD)),
+                                     ("psum", (Engine.VECTOR, Engine.SCALAR)))),
 )
 
 TRN2 = HardwareDescription(

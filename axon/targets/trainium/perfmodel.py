@@ -1,51 +1,61 @@
 """Performance model of one NeuronCore over an NKI instruction trace.
 
-`estimate(trace, hw)` list-schedules the trace (program order, as the simulator recorded it) onto
-the core's engines and returns latency, per-engine busy time and utilisation, HBM bytes and the
-kernel's roofline; `write_perfetto` writes the schedule as a Chrome/Perfetto trace.
+`estimate(trace, hw)` list-schedules the trace onto the core's engines and returns latency,
+per-engine busy time and utilisation, HBM bytes and the kernel's roofline; `write_perfetto`
+writes the schedule as a Chrome/Perfetto trace.
 
 Modelling decisions (numbers live in hardware.py, with their sources):
-- Engines. Tensor, Vector, Scalar and GpSimd each run their own in-order instruction stream. An
-  instruction starts when its engine is free and every instruction it depends on has finished.
 - Dependencies come only from the regions instructions touch: read-after-write, write-after-read
-  and write-after-write on overlapping regions of the same buffer. The simulator gives every
-  allocation (and every loop iteration's tiles) a fresh buffer id, so independent iterations
-  overlap freely, as NKI's affine_range allows; SBUF capacity does not limit prefetching (the
-  simulator checks capacity, the model assumes the compiler found enough buffers).
-- PSUM accumulation: an nc_matmul that accumulates into a PSUM region depends on the previous
-  matmul into it (in-order on TensorE anyway) and does not pay the back-to-back penalty; other
-  engines are not serialised by it, only the reader of the finished accumulation waits. A memset
-  of a PSUM region whose next access is a matmul accumulating into it (nl.zeros then +=) is
-  folded away, as the compiler starts the group with an overwriting matmul.
-- Cost of a compute instruction, in its engine's cycles: the opcode's `CostFormula`, plus the
-  fixed access-start cost (~60 cycles; 64 for TensorE), plus ~100 static cycles when N is small
-  or the instruction reads what the previous instruction of the same engine wrote. Cycles become
-  ns at the engine's own clock.
-- DMA. A transfer first pays the fixed cost (descriptors, semaphore, start: ~1300 ns on trn1) as
-  latency; at most 16 transfers (the queues) are in that phase at once. Then its data moves at
-  the shared bandwidth (the DMA engines' aggregate, capped by the core's HBM share when HBM is
-  touched) derated by the efficiency of its per-partition contiguous payload. Both resources are
-  booked on fluid timelines of 200 ns buckets, so transfers overlap but never exceed the
-  aggregate rate, and a transfer that becomes ready late (a store waiting for compute) cannot
-  hold up earlier-ready ones, as the compiler's queue assignment would avoid. A transfer touching
+  and write-after-write on overlapping regions of the same buffer, found in program order. The
+  simulator gives every allocation (and every loop iteration's tiles) a fresh buffer id; strided
+  HBM accesses carry their rows, so tiles of a wide matrix do not falsely overlap. SBUF capacity
+  does not limit prefetching by DMA (the simulator checks capacity).
+- Engines. Tensor, Vector, Scalar and GpSimd each run one instruction at a time. Event-driven list
+  scheduling: when an engine is free it starts the oldest waiting instruction whose dependencies
+  have finished and that may go ahead of every earlier-issued, unstarted instruction of its
+  engine; that is allowed only across iterations of an affine_range loop, at most
+  `scheduler.affine_lookahead` iterations back (sequential_range iterations and statements of one
+  iteration keep their order): the Neuron compiler's reordering and its finite buffers.
+- v2 shared ports: VectorE and GpSimdE instructions touching SBUF, and VectorE and ScalarE ones
+  touching PSUM, never run at the same time (hw.access.shared_ports).
+- PSUM accumulation: an nc_matmul that accumulates into a PSUM region follows the previous matmul
+  into it (write-after-write) and does not pay the back-to-back penalty; other engines are not
+  serialised by it, only the reader of the finished accumulation waits. A memset of a PSUM region
+  whose next access is a matmul accumulating into it (nl.zeros then +=) is folded away, as the
+  compiler starts the group with an overwriting matmul.
+- Cost of a compute instruction, in its engine's cycles: the opcode's `CostFormula` (fast paths as
+  documented: tensor_tensor's only on VectorE, for contiguous all-bf16 add/mul/sub or a PSUM input;
+  tensor_reduce's for bf16 in and out), its streaming part doubled when an operand's innermost
+  stride is 16 B or more, plus the fixed access-start cost (~60 cycles; 64 for TensorE), plus ~100
+  static cycles when N is small or the instruction starts right as the instruction of its engine
+  that produced its input ends. Cycles become ns at the engine's own clock.
+- DMA. A transfer starts when its dependencies have finished and first pays the fixed cost
+  (descriptors, semaphore, start: ~1300 ns on trn1) as latency; at most 16 transfers (the queues)
+  are in that phase at once. Then its data moves at the shared bandwidth (the DMA engines'
+  aggregate, capped by the core's HBM share when HBM is touched) derated by the efficiency of its
+  per-partition contiguous payload. Both resources are booked on fluid timelines of 200 ns
+  buckets, so transfers overlap but never exceed the aggregate rate, and a transfer that becomes
+  ready late (a store waiting for compute) cannot hold up earlier-ready ones. A transfer touching
   fewer partitions than there are DMA engines uses only that many engines. Queue lanes in the
   Perfetto trace are for display.
 - Roofline: max(TensorE time at peak rate for the matmul FLOPs in the trace, compulsory HBM bytes
-  (the union of HBM regions read plus the union written) / the core's HBM bandwidth). The HBM
-  bandwidth (410 GB/s on trn1), not the lower DMA aggregate, matches the tutorial's ridge point
-  (222 FLOP/B) and keeps the roofline a lower bound. Vector/Scalar work is not in the roofline.
-Not modelled: SBUF/PSUM port sharing between engines (v2 Vector/GpSimd, Vector/Scalar), PSUM
-bank limits on in-flight accumulation groups, instruction fetch and semaphore latency between
-engines, HBM page effects beyond the per-descriptor efficiency.
+  (the union of HBM regions read plus the union written, by bounding ranges) / the core's HBM
+  bandwidth). The HBM bandwidth (410 GB/s on trn1), not the lower DMA aggregate, matches the
+  tutorial's ridge point (222 FLOP/B) and keeps the roofline a lower bound. Vector/Scalar work is
+  not in the roofline.
+Not modelled: PSUM bank limits on in-flight accumulation groups, buffer reuse limiting DMA
+prefetch, instruction fetch and semaphore latency between engines, HBM page effects beyond the
+per-descriptor efficiency.
 
-Invariant: cost is linear in the trace (per instruction: a few dictionary look-ups, a bisect
-over the distinct regions of the touched buffers and an amortised O(1) bandwidth booking), and
-the same trace gives the same numbers.
+Invariant: cost is near-linear in the trace (per instruction: a bisect over the distinct regions
+of the touched buffers, heap operations, an amortised O(1) bandwidth booking and a bounded
+eligibility check), and the same trace gives the same numbers.
 """
 from __future__ import annotations
 
 import json
 from bisect import bisect_left
+from heapq import heappop, heappush
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,11 +66,12 @@ from axon.targets.trainium.hardware import (
     HardwareDescription,
     matmul_rate_class,
 )
-from axon.targets.trainium.trace import Engine, Instruction, Memory
+from axon.targets.trainium.trace import Engine, Instruction, Memory, rows_overlap
 
 COMPUTE_ENGINES = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
 _HALF = ("bfloat16", "float16")
 _BUCKET_NS = 200.0
+_EPS = 1e-6  # ns: times closer than this are the same instant
 
 
 @dataclass(frozen=True)
@@ -95,53 +106,6 @@ class Estimate:
     @property
     def roofline_fraction(self) -> float:
         return self.roofline_ns / self.latency_ns if self.latency_ns > 0 else 0.0
-
-
-class _Accesses:
-    """Latest end time of the accesses to each distinct region of one buffer.
-
-    Keys are (b_start, b_stop, p_start, p_stop); a query walks back from the first key starting at
-    or after the query's end and stops once keys start too early to reach it (max_len)."""
-
-    __slots__ = ("ends", "keys", "is_sorted", "max_len")
-
-    def __init__(self):
-        self.ends: dict[tuple, float] = {}
-        self.keys: list[tuple] = []
-        self.is_sorted = True
-        self.max_len = 0
-
-    def add(self, key: tuple, end: float) -> None:
-        old = self.ends.get(key)
-        if old is None:
-            self.ends[key] = end
-            if self.keys and key < self.keys[-1]:
-                self.is_sorted = False
-            self.keys.append(key)
-            if key[1] - key[0] > self.max_len:
-                self.max_len = key[1] - key[0]
-        elif end > old:
-            self.ends[key] = end
-
-    def latest(self, key: tuple) -> float:
-        b0, b1, p0, p1 = key
-        if not self.is_sorted:
-            self.keys.sort()
-            self.is_sorted = True
-        keys, ends = self.keys, self.ends
-        i = bisect_left(keys, (b1,))
-        reach = b0 - self.max_len
-        best = 0.0
-        while i > 0:
-            i -= 1
-            k = keys[i]
-            if k[0] <= reach:
-                break
-            if k[1] > b0 and k[2] < p1 and p0 < k[3]:
-                e = ends[k]
-                if e > best:
-                    best = e
-        return best
 
 
 class _Bandwidth:
@@ -201,20 +165,25 @@ class _Bandwidth:
 
 
 def _key(region) -> tuple:
-    return (region.b_start, region.b_stop, region.p_start, region.p_stop)
+    return (region.b_start, region.b_stop, region.p_start, region.p_stop,
+            region.row_stride, region.rows, region.row_bytes)
 
 
 def _fast(ins: Instruction, when: FastPath) -> bool:
     if when is FastPath.NONE:
         return False
-    op = ins.extra.get("op", "")
-    half = all(d in _HALF for d in ins.extra.get("dtypes", (ins.dtype,)))
+    ex = ins.extra
+    op = ex.get("op", "")
+    out = ex.get("out_dtype", ins.dtype)
     if when is FastPath.PSUM_INPUT_OR_HALF_ARITH:
+        if ins.engine is not Engine.VECTOR:
+            return False  # the fast cases are the Vector Engine's [isa tensor_tensor]
         if any(r.memory is Memory.PSUM for r in ins.reads):
             return True
-        return half and op in ("add", "subtract", "multiply")
+        return (out == "bfloat16" and all(d == "bfloat16" for d in ex.get("dtypes", (ins.dtype,)))
+                and op in ("add", "subtract", "multiply") and ex.get("contiguous", True))
     if when is FastPath.HALF_ADD_MAX:
-        return half and op in ("add", "maximum")
+        return ins.dtype == "bfloat16" and out == "bfloat16" and op in ("add", "maximum")
     return False
 
 
@@ -229,8 +198,11 @@ def compute_cycles(ins: Instruction, hw: HardwareDescription, back_to_back: bool
         n = max(ins.partitions, min(64, ins.free_elems))
     else:
         n = ins.free_elems
-    mult = f.fast_mult if _fast(ins, f.fast_when) else f.mult
-    cycles = max(float(f.floor), mult * n)
+    stream = (f.fast_mult if _fast(ins, f.fast_when) else f.mult) * n
+    acc = hw.access
+    if max(ins.extra.get("free_stride_bytes", 0), ins.extra.get("out_stride_bytes", 0)) >= acc.wide_stride_bytes:
+        stream *= acc.wide_stride_slowdown  # half the SBUF/PSUM bandwidth on a wide innermost stride
+    cycles = max(float(f.floor), stream)
     if ins.dtype in ("float32", "fp32"):
         cycles *= f.fp32_mult
     if ins.extra.get("perf_mode") == "double_row":  # FP8 double-row mode, v3 only [isa]
@@ -293,12 +265,156 @@ def _folded_psum_zeroing(trace: list[Instruction]) -> set[int]:
     return skip
 
 
+class _Accesses:
+    """The distinct regions of one buffer accessed so far, for overlap queries.
+
+    Keys are (b_start, b_stop, p_start, p_stop, row_stride, rows, row_bytes); a query walks back
+    from the first key starting at or after the query's end and stops once keys start too early to
+    reach it (max_len)."""
+
+    __slots__ = ("keys", "known", "is_sorted", "max_len")
+
+    def __init__(self):
+        self.keys: list[tuple] = []
+        self.known: set = set()
+        self.is_sorted = True
+        self.max_len = 0
+
+    def add(self, key: tuple) -> None:
+        if key not in self.known:
+            self.known.add(key)
+            if self.keys and key < self.keys[-1]:
+                self.is_sorted = False
+            self.keys.append(key)
+            if key[1] - key[0] > self.max_len:
+                self.max_len = key[1] - key[0]
+
+    def overlapping(self, key: tuple) -> list:
+        b0, b1, p0, p1 = key[:4]
+        if not self.is_sorted:
+            self.keys.sort()
+            self.is_sorted = True
+        keys = self.keys
+        i = bisect_left(keys, (b1,))
+        reach = b0 - self.max_len
+        out = []
+        while i > 0:
+            i -= 1
+            k = keys[i]
+            if k[0] <= reach:
+                break
+            if k[1] > b0 and k[2] < p1 and p0 < k[3] and (
+                    (k[5] <= 1 and key[5] <= 1)
+                    or rows_overlap(k[0], k[1], k[4], k[5], k[6], b0, b1, key[4], key[5], key[6])):
+                out.append(k)
+        return out
+
+
+def _dependencies(trace: list[Instruction], skip: set[int]) -> tuple[list, list]:
+    """Predecessors of each instruction through overlapping regions, in program order:
+    read-after-write (the last writer of each overlapping region), write-after-write and
+    write-after-read (the readers since that region's last write). Returns (all predecessors,
+    read-after-write predecessors), as tuples of trace indices."""
+    written: dict[int, _Accesses] = {}  # buffer -> regions written so far
+    read: dict[int, _Accesses] = {}  # buffer -> regions read so far
+    writer: dict[int, dict] = {}  # buffer -> region key -> its last writer
+    readers: dict[int, dict] = {}  # buffer -> region key -> its readers since its last write
+    preds: list = [()] * len(trace)
+    raws: list = [()] * len(trace)
+    for i, ins in enumerate(trace):
+        if i in skip:
+            continue
+        raw: set[int] = set()
+        write_keys = [_key(w) for w in ins.writes]
+        for r in ins.reads:
+            acc = written.get(r.buffer)
+            if acc is None:
+                continue
+            k = _key(r)
+            if ins.opcode == "nc_matmul" and k in write_keys:
+                continue  # PSUM accumulation: ordered after the previous matmul by write-after-write
+            ws = writer[r.buffer]
+            for o in acc.overlapping(k):
+                raw.add(ws[o])
+        p = set(raw)
+        for w, k in zip(ins.writes, write_keys):
+            acc = written.get(w.buffer)
+            if acc is not None:
+                ws = writer[w.buffer]
+                for o in acc.overlapping(k):
+                    p.add(ws[o])
+            acc = read.get(w.buffer)
+            if acc is not None:
+                rs = readers[w.buffer]
+                for o in acc.overlapping(k):
+                    p.update(rs[o])
+        p.discard(i)
+        raw.discard(i)
+        preds[i], raws[i] = tuple(p), tuple(raw)
+        for r in ins.reads:
+            k = _key(r)
+            acc = read.get(r.buffer)
+            if acc is None:
+                acc = read[r.buffer] = _Accesses()
+                readers[r.buffer] = {}
+            acc.add(k)
+            readers[r.buffer].setdefault(k, []).append(i)
+        for w, k in zip(ins.writes, write_keys):
+            acc = written.get(w.buffer)
+            if acc is None:
+                acc = written[w.buffer] = _Accesses()
+                writer[w.buffer] = {}
+            acc.add(k)
+            writer[w.buffer][k] = i
+            rs = readers.get(w.buffer)
+            if rs is not None and k in rs:
+                rs[k] = []  # later writers are ordered after those readers through this write
+    return preds, raws
+
+
+def _may_overtake(later: tuple, earlier: tuple, lookahead: int) -> bool:
+    """Whether an instruction with loop path `later` may start before an unstarted, earlier-issued
+    one of the same engine with path `earlier` (see SchedulerRules): only if they first differ in
+    the iteration of one affine loop, at most `lookahead` iterations apart."""
+    for a, b in zip(later, earlier):
+        if a is b or a == b:
+            continue
+        return a[0] == b[0] and not a[2] and 0 < a[1] - b[1] <= lookahead
+    return False
+
+
+class _Engine:
+    """One compute engine's stream: its instructions in program order, which have started, and
+    the dependency-ready ones waiting (a heap of trace indices)."""
+
+    __slots__ = ("order", "pos", "nxt", "ready", "free", "last")
+
+    def __init__(self):
+        self.order: list[int] = []  # trace indices, program order
+        self.pos: dict[int, int] = {}
+        self.nxt: list[int] = []  # union-find: first unstarted position at or after p
+        self.ready: list[int] = []
+        self.free = 0.0
+        self.last = -1  # the instruction that ran last
+
+    def first_unstarted(self, p: int) -> int:
+        nxt = self.nxt
+        root = p
+        while nxt[root] != root:
+            root = nxt[root]
+        while nxt[p] != root:
+            nxt[p], p = root, nxt[p]
+        return root
+
+    def start(self, i: int) -> None:
+        p = self.pos[i]
+        self.nxt[p] = p + 1
+
+
 def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule: bool = False) -> Estimate:
     dma = hw.dma
-    writes: dict[int, _Accesses] = {}
-    reads: dict[int, _Accesses] = {}
-    free = {e: 0.0 for e in COMPUTE_ENGINES}
-    last_end = {e: -1.0 for e in COMPUTE_ENGINES}
+    lookahead = hw.scheduler.affine_lookahead
+    scan = hw.scheduler.candidate_limit
     busy = {e.value: 0.0 for e in COMPUTE_ENGINES}
     busy["dma"] = 0.0
     ns_per_cycle = {e: 1.0 / hw.engines[e].clock_ghz for e in COMPUTE_ENGINES}
@@ -316,101 +432,159 @@ def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule
     n_tracks = len(COMPUTE_ENGINES)
 
     folded = _folded_psum_zeroing(trace)
-    for idx, ins in enumerate(trace):
-        if idx in folded:
+    preds, raws = _dependencies(trace, folded)
+    n = len(trace)
+    waiting = [len(p) for p in preds]  # unfinished predecessors
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i, p in enumerate(preds):
+        for j in p:
+            succs[j].append(i)
+    engines = {e: _Engine() for e in COMPUTE_ENGINES}
+    # shared SBUF/PSUM ports (v2): port index -> time free; per instruction the ports it holds
+    port_free = [0.0] * len(hw.access.shared_ports)
+    needs: list = [()] * n
+    for i, ins in enumerate(trace):
+        if i in folded or ins.engine is Engine.DMA:
             continue
-        # --- dependencies through regions ---
-        raw = 0.0
-        write_keys = [_key(w) for w in ins.writes]
-        for r in ins.reads:
-            acc = writes.get(r.buffer)
-            if acc is None:
-                continue
-            k = _key(r)
-            if ins.opcode == "nc_matmul" and k in write_keys:
-                continue  # PSUM accumulation: ordered on TensorE below, no back-to-back penalty
-            t = acc.latest(k)
-            if t > raw:
-                raw = t
-        ready = raw
-        for w, k in zip(ins.writes, write_keys):
-            acc = writes.get(w.buffer)
-            if acc is not None:
-                t = acc.latest(k)
-                if t > ready:
-                    ready = t
-            acc = reads.get(w.buffer)
-            if acc is not None:
-                t = acc.latest(k)
-                if t > ready:
-                    ready = t
+        eng = engines[ins.engine]
+        eng.pos[i] = len(eng.order)
+        eng.order.append(i)
+        needs[i] = tuple(q for q, (mem, users) in enumerate(hw.access.shared_ports)
+                         if ins.engine in users and any(r.memory.value == mem for r in ins.reads + ins.writes))
+    for eng in engines.values():
+        eng.nxt = list(range(len(eng.order) + 1))
+    ready_at = [0.0] * n
+    end_at = [0.0] * n
+    events: list[tuple[float, int]] = []  # (time, trace index) of instruction completions
 
-        # --- timing ---
-        eng = ins.engine
-        if eng is Engine.DMA:
-            start = ready
-            # Fixed cost: a latency for this transfer, and a throughput limit of `queues`
-            # transfers in their fixed phase at once (booked fluidly, so late transfers never
-            # block earlier-ready ones).
-            issued = max(start + dma.fixed_ns, issue.book(start, dma.fixed_ns / dma.queues))
-            per_partition = ins.dma_bytes / max(ins.partitions, 1)
-            # descriptor payload: the HBM-side contiguous run, at most one partition's bytes
-            contiguous = min(ins.extra.get("chunk_bytes") or per_partition, per_partition)
-            eff = dma.efficiency(contiguous)
-            if ins.extra.get("transpose"):
-                eff *= dma.transpose_efficiency
-            bw = hbm_bw if ins.hbm_bytes else dma.bytes_per_ns
-            data_ns = ins.dma_bytes / (bw * eff)
-            end = bandwidth.book(issued, data_ns)
-            engines_used = min(dma.engines, max(ins.partitions, 1))
-            if engines_used < dma.engines:  # few partitions: only that many engines move data
-                end = max(end, issued + data_ns * dma.engines / engines_used)
-            busy["dma"] += data_ns
-            dma_bytes += ins.dma_bytes
-            # Display lane only: the first queue lane free at `start`, else the earliest-free one.
-            q = next((i for i, t in enumerate(lanes) if t <= start), None)
-            if q is None:
-                q = min(range(len(lanes)), key=lanes.__getitem__)
-            lanes[q] = end
-            track = n_tracks + q
+    def run_dma(i: int, start: float) -> None:
+        nonlocal dma_bytes, latency
+        ins = trace[i]
+        # Fixed cost: a latency for this transfer, and a throughput limit of `queues` transfers in
+        # their fixed phase at once (booked fluidly, so late transfers never block earlier-ready ones).
+        issued = max(start + dma.fixed_ns, issue.book(start, dma.fixed_ns / dma.queues))
+        per_partition = ins.dma_bytes / max(ins.partitions, 1)
+        # descriptor payload: the HBM-side contiguous run, at most one partition's bytes
+        contiguous = min(ins.extra.get("chunk_bytes") or per_partition, per_partition)
+        eff = dma.efficiency(contiguous)
+        if ins.extra.get("transpose"):
+            eff *= dma.transpose_efficiency
+        bw = hbm_bw if ins.hbm_bytes else dma.bytes_per_ns
+        data_ns = ins.dma_bytes / (bw * eff)
+        end = bandwidth.book(issued, data_ns)
+        engines_used = min(dma.engines, max(ins.partitions, 1))
+        if engines_used < dma.engines:  # few partitions: only that many engines move data
+            end = max(end, issued + data_ns * dma.engines / engines_used)
+        busy["dma"] += data_ns
+        dma_bytes += ins.dma_bytes
+        # Display lane only: the first queue lane free at `start`, else the earliest-free one.
+        q = next((k for k, t in enumerate(lanes) if t <= start), None)
+        if q is None:
+            q = min(range(len(lanes)), key=lanes.__getitem__)
+        lanes[q] = end
+        finish(i, start, end, n_tracks + q)
+
+    def finish(i: int, start: float, end: float, track: int) -> None:
+        nonlocal latency
+        end_at[i] = end
+        if end > latency:
+            latency = end
+        heappush(events, (end, i))
+        if keep_schedule:
+            rows.append((track, start, end, trace[i].opcode, trace[i].line, i))
+
+    def became_ready(i: int, t: float) -> None:
+        ready_at[i] = t
+        if trace[i].engine is Engine.DMA:
+            run_dma(i, t)
         else:
+            heappush(engines[trace[i].engine].ready, i)
+
+    checked = [0] * n  # per instruction: engine position up to which every earlier one may be overtaken
+
+    def eligible(eng: _Engine, i: int) -> bool:
+        """All unstarted, earlier-issued instructions of the engine may be overtaken by i (checked
+        incrementally: instructions only ever start, so a checked prefix stays checked)."""
+        path = trace[i].extra.get("loops", ())
+        p, target, looked = eng.first_unstarted(checked[i]), eng.pos[i], 0
+        while p < target:
+            if not _may_overtake(path, trace[eng.order[p]].extra.get("loops", ()), lookahead):
+                checked[i] = p
+                return False
+            looked += 1
+            if looked > scan:
+                checked[i] = p
+                return False
+            p = eng.first_unstarted(p + 1)
+        checked[i] = p
+        return True
+
+    def dispatch(now: float) -> None:
+        nonlocal flops, flops_ns
+        for e, eng in engines.items():
+            if eng.free > now or not eng.ready:
+                continue
+            held, chosen = [], None
+            while eng.ready and len(held) <= scan:
+                i = heappop(eng.ready)
+                if all(port_free[q] <= now for q in needs[i]) and eligible(eng, i):
+                    chosen = i
+                    break
+                held.append(i)
+            for i in held:
+                heappush(eng.ready, i)
+            if chosen is None:
+                continue
+            i, ins = chosen, trace[chosen]
             if ins.opcode not in COSTS:
                 uncosted.add(ins.opcode)
-            back_to_back = raw > 0.0 and raw == last_end[eng]
-            if ins.opcode == "nc_matmul":
-                back_to_back = False
-            dur = compute_cycles(ins, hw, back_to_back) * ns_per_cycle[eng]
-            start = max(free[eng], ready)
-            end = start + dur
-            free[eng] = last_end[eng] = end
-            busy[eng.value] += dur
-            track = COMPUTE_ENGINES.index(eng)
+            # static overhead when it reads what its engine finished just before [isa]
+            b2b = (ins.opcode != "nc_matmul" and eng.last in raws[i]
+                   and abs(end_at[eng.last] - now) < _EPS)
+            dur = compute_cycles(ins, hw, b2b) * ns_per_cycle[e]
+            end = now + dur
+            eng.free = end
+            eng.last = i
+            eng.start(i)
+            for q in needs[i]:
+                port_free[q] = end
+            busy[e.value] += dur
             if ins.opcode == "nc_matmul":
                 f = matmul_flops(ins)
                 flops += f
                 flops_ns += f / hw.tensor_peak_flops[matmul_rate_class(ins.dtype)] * 1e9
-        if end > latency:
-            latency = end
+            finish(i, now, end, COMPUTE_ENGINES.index(e))
 
-        # --- bookkeeping ---
+    for i in range(n):
+        if i not in folded and waiting[i] == 0:
+            became_ready(i, 0.0)
+    dispatch(0.0)
+    while events:
+        now, i = heappop(events)
+        for s in succs[i]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                became_ready(s, now)
+        while events and events[0][0] <= now + _EPS:  # everything finishing now, then dispatch once
+            _, j = heappop(events)
+            for s in succs[j]:
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    became_ready(s, now)
+        dispatch(now)
+
+    for i, ins in enumerate(trace):
+        if i in folded:
+            continue
         for r in ins.reads:
-            k = _key(r)
-            acc = reads.get(r.buffer)
-            if acc is None:
-                acc = reads[r.buffer] = _Accesses()
-            acc.add(k, end)
             if r.memory is Memory.HBM:
                 hbm_read.setdefault(r.buffer, []).append((r.b_start, r.b_stop))
-        for w, k in zip(ins.writes, write_keys):
-            acc = writes.get(w.buffer)
-            if acc is None:
-                acc = writes[w.buffer] = _Accesses()
-            acc.add(k, end)
+        for w in ins.writes:
             if w.memory is Memory.HBM:
                 hbm_written.setdefault(w.buffer, []).append((w.b_start, w.b_stop))
         hbm_bytes += ins.hbm_bytes
-        if keep_schedule:
-            rows.append((track, start, end, ins.opcode, ins.line, idx))
+    if keep_schedule:
+        rows.sort(key=lambda row: row[5])  # program order, as before
 
     compulsory = (_union_bytes(hbm_read) if hbm_read else 0) + (_union_bytes(hbm_written) if hbm_written else 0)
     util = {name: (b / latency if latency > 0 else 0.0) for name, b in busy.items()}

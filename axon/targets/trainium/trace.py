@@ -29,7 +29,10 @@ class Memory(enum.Enum):
 class Region:
     """A rectangle of one buffer: partitions [p_start, p_stop) x bytes [b_start, b_stop) per partition.
 
-    HBM buffers have no partitions: they use p_start=0, p_stop=1 and a flat byte range.
+    HBM buffers have no partitions: they use p_start=0, p_stop=1 and a flat byte range. A strided
+    HBM access (a tile of a wider matrix) may also say which bytes of that range it touches:
+    `rows` runs of `row_bytes` bytes, `row_stride` bytes apart, the first at b_start (so
+    b_stop = b_start + (rows - 1) * row_stride + row_bytes). rows == 0: the whole range.
     """
 
     buffer: int
@@ -38,6 +41,9 @@ class Region:
     p_stop: int
     b_start: int
     b_stop: int
+    row_stride: int = 0
+    rows: int = 0
+    row_bytes: int = 0
 
     def overlaps(self, other: "Region") -> bool:
         return (
@@ -46,7 +52,32 @@ class Region:
             and other.p_start < self.p_stop
             and self.b_start < other.b_stop
             and other.b_start < self.b_stop
+            and rows_overlap(self.b_start, self.b_stop, self.row_stride, self.rows, self.row_bytes,
+                             other.b_start, other.b_stop, other.row_stride, other.rows, other.row_bytes)
         )
+
+
+def rows_overlap(a0: int, a1: int, sa: int, na: int, wa: int,
+                 b0: int, b1: int, sb: int, nb: int, wb: int) -> bool:
+    """Whether two byte sets {x0 + i*s + [0, w)} (i < n) share a byte, given that their bounding
+    ranges [x0, x1) do. A set with n <= 1 is its whole bounding range. Exact when at most one set
+    has rows or both have the same row stride; otherwise True (the bounding ranges decide)."""
+    if na <= 1:
+        if nb <= 1:
+            return True
+        a0, a1, sa, na, wa, b0, b1, sb, nb, wb = b0, b1, sb, nb, wb, a0, a1, sa, na, wa
+    if nb <= 1:
+        nb, wb = 1, b1 - b0
+    elif sb != sa:
+        return True
+    if sa <= 0:
+        return True
+    # rows a0 + k*s, k = i - j in [-(nb-1), na-1], against [b0, b0 + wb): need k*s in (d - wa, d + wb)
+    d = b0 - a0
+    k = (d - wa) // sa + 1  # the smallest k with k*s > d - wa
+    if k < 1 - nb:
+        k = 1 - nb
+    return k <= na - 1 and k * sa < d + wb
 
 
 @dataclass

@@ -306,3 +306,135 @@ def test_model_is_cheap_per_instruction():
         t.store(t.hbm(dst, n * 131072, (n + 1) * 131072), t.sb(res, 1024))
     assert len(t.ins) > 5000
     assert estimate(t.ins, TRN1).latency_ns > 0
+
+
+# ----- the compiler's reordering, engine specifics, strides, HBM rows -----------------------------
+
+def _loop_trace(sequential: bool):
+    """Two iterations of a loop on VectorE: a copy that waits for a slow ScalarE producer, then the
+    next iteration's independent copy; with affine_range the second may run first."""
+    t = Trace()
+    a, b, c, d, e = (t.buf() for _ in range(5))
+    t.op("reciprocal", Engine.SCALAR, [t.sb(a, 4096)], [t.sb(b, 4096)], n=4096, loops=((1, 0, sequential),))
+    t.op("tensor_copy", Engine.VECTOR, [t.sb(b, 4096)], [t.sb(c, 4096)], n=1024, loops=((1, 0, sequential),))
+    t.op("tensor_copy", Engine.VECTOR, [t.sb(d, 4096)], [t.sb(e, 4096)], n=1024, loops=((1, 1, sequential),))
+    return estimate(t.ins, TRN1, keep_schedule=True)
+
+
+def test_affine_iterations_interleave_on_an_engine_and_sequential_ones_keep_order():
+    affine, sequential = _loop_trace(False), _loop_trace(True)
+    a_rows, s_rows = affine.schedule.rows, sequential.schedule.rows
+    assert a_rows[2][1] == 0.0  # iteration 1's copy runs while iteration 0's waits
+    assert s_rows[2][1] >= s_rows[1][2]  # sequential_range: after iteration 0's copy
+    assert affine.latency_ns < sequential.latency_ns
+
+
+def test_overtaking_is_limited_to_the_lookahead_window():
+    t = Trace()
+    a, b = t.buf(), t.buf()
+    t.op("reciprocal", Engine.SCALAR, [t.sb(a, 4096)], [t.sb(b, 4096)], n=8192, loops=((1, 0, False),))
+    t.op("tensor_copy", Engine.VECTOR, [t.sb(b, 4096)], [t.sb(t.buf(), 4096)], n=64, loops=((1, 0, False),))
+    for it in range(1, 6):  # independent work of later iterations
+        t.op("tensor_copy", Engine.VECTOR, [t.sb(t.buf(), 256)], [t.sb(t.buf(), 256)], n=64, loops=((1, it, False),))
+    rows = estimate(t.ins, TRN1, keep_schedule=True).schedule.rows
+    waiting_end = rows[1][2]
+    lookahead = TRN1.scheduler.affine_lookahead
+    assert all(r[2] <= rows[0][2] for r in rows[2:2 + lookahead])  # within the window: ahead of it
+    assert all(r[1] >= waiting_end for r in rows[2 + lookahead:])  # beyond: after it
+
+
+def test_plain_softmax_loop_models_like_the_hand_grouped_kernel():
+    from pathlib import Path
+
+    from axon.targets.trainium.baselines import run_hand_kernel
+    from axon.targets.trainium.runner import InputSpec, run
+
+    plain = Path(__file__).with_name("sim_kernel_softmax_plain.py")
+    for target in ("trn2", "trn1"):
+        p = run(f"{plain}:softmax_plain", {"x": InputSpec((1024, 2048), "bfloat16")}, target=target,
+                timing_only=True).estimate.latency_ns
+        g = run_hand_kernel("softmax", {"m": 1024, "n": 2048}, target=target, timing_only=True).estimate.latency_ns
+        assert p == pytest.approx(g, rel=0.05)
+
+
+def test_bf16_fast_path_is_vector_engine_only_and_needs_contiguous_bf16():
+    def tt(engine=Engine.VECTOR, out="bfloat16", contiguous=True, dtypes=("bfloat16", "bfloat16")):
+        t = Trace()
+        s = t.buf()
+        t.op("tensor_tensor", engine, [t.sb(s, 2048), t.sb(s, 2048, off=2048)], [t.sb(s, 2048, off=4096)],
+             n=1024, dtype="bfloat16", op="add", dtypes=dtypes, out_dtype=out, contiguous=contiguous)
+        return compute_cycles(t.ins[0], TRN1)
+    assert tt() == 1024 + 60
+    assert tt(engine=Engine.GPSIMD) == 2 * 1024 + 60
+    assert tt(out="float32") == 2 * 1024 + 60
+    assert tt(contiguous=False) == 2 * 1024 + 60
+    assert tt(dtypes=("float16", "float16")) == 2 * 1024 + 60
+
+
+def test_tensor_reduce_halves_only_bf16_to_bf16():
+    def red(out):
+        t = Trace()
+        s = t.buf()
+        t.op("tensor_reduce", Engine.VECTOR, [t.sb(s, 2048)], [t.sb(s, 4, off=4096)], n=1024, dtype="bfloat16",
+             op="maximum", out_dtype=out)
+        return compute_cycles(t.ins[0], TRN1)
+    assert red("bfloat16") == 512 + 60
+    assert red("float32") == 1024 + 60
+
+
+def test_a_wide_innermost_stride_halves_the_streaming_rate():
+    def act(stride):
+        t = Trace()
+        s = t.buf()
+        t.op("activation", Engine.SCALAR, [t.sb(s, 4096)], [t.sb(s, 2048, off=4096)], n=1024, dtype="bfloat16",
+             free_stride_bytes=stride, out_stride_bytes=2)
+        return compute_cycles(t.ins[0], TRN1)
+    assert act(8) == 1024 + 60
+    assert act(16) == 2 * 1024 + 60
+
+
+def test_trn1_vector_and_gpsimd_take_turns_on_sbuf():
+    t = Trace()
+    a, b, c, d = (t.buf() for _ in range(4))
+    t.op("tensor_copy", Engine.VECTOR, [t.sb(a, 4096)], [t.sb(b, 4096)], n=1024)
+    t.op("tensor_copy", Engine.GPSIMD, [t.sb(c, 4096)], [t.sb(d, 4096)], n=1024)
+    v1, v2 = estimate(t.ins, TRN1), estimate(t.ins, TRN2)
+    assert v1.latency_ns == pytest.approx(v1.engine_busy_ns["vector"] + v1.engine_busy_ns["gpsimd"])
+    assert v2.latency_ns == pytest.approx(max(v2.engine_busy_ns["vector"], v2.engine_busy_ns["gpsimd"]))
+
+
+def test_stores_of_neighbouring_tiles_of_a_wide_matrix_do_not_depend_on_each_other():
+    row = 8192 * 2  # bytes per row of a [M, 8192] bf16 matrix; tiles are [128, 512]
+
+    def build(exact):
+        t = Trace()
+        out = t.buf()
+        for c in range(4):
+            tile = t.buf()
+            t.op("memset", Engine.VECTOR, [], [t.sb(tile, 1024)])
+            start = c * 1024
+            hbm = (Region(out, Memory.HBM, 0, 1, start, start + 127 * row + 1024, row, 128, 1024) if exact
+                   else t.hbm(out, start, start + 127 * row + 1024))
+            t.store(hbm, t.sb(tile, 1024))
+        return estimate(t.ins, TRN1, keep_schedule=True)
+    exact, bounding = build(True), build(False)
+    stores = [r for r in exact.schedule.rows if r[3] == "dma_copy"]
+    assert stores[1][1] < stores[0][2]  # the second store starts before the first ends
+    assert exact.latency_ns < bounding.latency_ns
+
+
+def test_region_row_overlap_is_exact():
+    from axon.targets.trainium.trace import rows_overlap
+
+    def tile(r0, c0, rows=4, cols=8, width=64):
+        start = r0 * width + c0
+        return Region(1, Memory.HBM, 0, 1, start, start + (rows - 1) * width + cols, width, rows, cols)
+
+    def cells(r):
+        return {r.b_start + i * r.row_stride + j for i in range(r.rows) for j in range(r.row_bytes)}
+    tiles = [tile(r, c) for r in (0, 2, 4) for c in (0, 4, 8, 56)]
+    for a in tiles:
+        for b in tiles:
+            assert a.overlaps(b) == bool(cells(a) & cells(b))
+    assert rows_overlap(0, 100, 16, 4, 8, 9, 12, 0, 0, 0) is False  # a plain range between two rows
+    assert rows_overlap(0, 100, 16, 4, 8, 9, 17, 0, 0, 0) is True

@@ -130,3 +130,30 @@ def test_large_matmul_timing_only_traces_every_instruction():
                      "rhs": ShapeDtype((8192, 8192), "bfloat16")}, timing_only=True)
     n_mm = sum(1 for i in r.trace if i.opcode == "nc_matmul")
     assert n_mm == 32768
+
+
+ACCESS = OLD + textwrap.dedent("""
+@nki.jit
+def k(x):
+    out = nl.ndarray((256, 1024), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x[0:128, 0:512])
+    s = nisa.tensor_tensor(t[:, 0:256], t[:, 256:512], op=nl.add)
+    e = nisa.tensor_tensor(t[:, 0:512:2], t[:, 1:512:2], op=nl.add, dtype=nl.float32)
+    nl.store(out[128:256, 512:768], value=s)
+    return out
+""")
+
+
+def test_access_facts_for_the_model():
+    r = simulate_source(ACCESS, "k", {"x": ShapeDtype((256, 1024), "bfloat16")}, timing_only=True)
+    load, plain, strided, store = r.trace
+    assert plain.extra["contiguous"] is True and plain.extra["free_stride_bytes"] == 2
+    assert plain.extra["out_dtype"] == "bfloat16"
+    assert strided.extra["contiguous"] is False and strided.extra["free_stride_bytes"] == 4
+    assert strided.extra["out_dtype"] == "float32"
+    # HBM tiles of a wider matrix: 128 rows of 512 bytes, 2048 bytes apart
+    (dst,) = store.writes
+    assert (dst.row_stride, dst.rows, dst.row_bytes) == (2048, 128, 512)
+    assert dst.b_start == 128 * 2048 + 1024 and dst.b_stop == dst.b_start + 127 * 2048 + 512
+    (src,) = load.reads
+    assert (src.row_stride, src.rows, src.row_bytes) == (2048, 128, 1024)

@@ -7,7 +7,7 @@ with -max as the free per-row activation bias and sums each row in the same inst
 (activation_reduce); the Vector Engine scales the fp32 exponentials by the reciprocal of the
 sums straight into the bf16 output tile. Tiles are processed in groups, one stage at a time
 across the group, so the Vector Engine finds the next tile's maximum while the Scalar Engine
-exponentiates (engines run their instructions in order). A last partial tile uses fewer
+exponentiates (each engine runs its instructions in order within a loop iteration). A last partial tile uses fewer
 partitions.
 """
 import neuronxcc.nki as nki

@@ -191,6 +191,7 @@ def _finish(ctx, dst, fresh, vals, init, mask, ins):
         init = init.reshape(dst.shape) if init.size == math.prod(dst.shape) else np.broadcast_to(
             init.reshape((init.shape[0],) + (1,) * (len(dst.shape) - 1)), dst.shape)
     dst.write(vals, init, m)
+    _note_output(ins, dst)
     if fresh:
         dst.producer = ins
         dst.wmask = m
@@ -207,8 +208,35 @@ def _dtype_of(dst, dtype, default):
     return dtypes.to_dtype(dtype) if dtype is not None else default
 
 
+def _free_stride(t: Tile) -> int:
+    """Bytes between consecutive elements of the innermost free dimension of an on-chip access
+    (its element size when that dimension has one element; large for a gathered access)."""
+    a = t.arr
+    if a is None:
+        return 1 << 30
+    for n, st in zip(reversed(a.shape[1:]), reversed(a.strides[1:])):
+        if n > 1:
+            return abs(st)
+    return a.itemsize
+
+
 def _src_extra(*tiles):
-    return {"src_psum": any(isinstance(t, Tile) and t.buf.memory is PSUM for t in tiles)}
+    """Facts about an instruction's input tiles for the performance model: whether one is in PSUM,
+    whether all are contiguous along the free dimension (innermost stride one element) and the
+    largest innermost stride in bytes (`_note_output` adds the output's)."""
+    ts = [t for t in tiles if isinstance(t, Tile)]
+    strides = [_free_stride(t) for t in ts]
+    return {"src_psum": any(t.buf.memory is PSUM for t in ts),
+            "contiguous": all(st == t.dtype.itemsize for st, t in zip(strides, ts)),
+            "free_stride_bytes": max(strides, default=0)}
+
+
+def _note_output(ins, dst: Tile):
+    """Record the output's dtype and innermost stride on a Vector/Scalar/GpSimd instruction (again
+    when a result is retargeted to another tile: the output cast and the store access are its)."""
+    if ins.engine in (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD):
+        ins.extra["out_dtype"] = dst.dtype.name
+        ins.extra["out_stride_bytes"] = _free_stride(dst)
 
 
 # ----- Tensor Engine -------------------------------------------------------------------------

@@ -342,6 +342,7 @@ def _retarget(ctx, value: Tile, dst: Tile, accumulate=False):
     wmask = None if value.wmask is None else value.wmask.reshape(dst.shape)
     dst.write(vals, ini, wmask)
     ins.writes = tuple(new if w == old else w for w in ins.writes)
+    isa._note_output(ins, dst)
     buf = value.buf
     ctx.release(buf)
     ctx.pending = [r for r in ctx.pending if r() is not buf]

@@ -203,9 +203,16 @@ class Tile:
             p0, b0 = divmod(off, pp)
             return Region(buf.id, buf.memory, p0, p0 + pext + 1, b0, b0 + bext + item)
         ext = 0
-        for n, s in zip(a.shape, a.strides):
-            if n > 1:
-                ext += (n - 1) * s
+        dims = [(n, s) for n, s in zip(a.shape, a.strides) if n > 1]
+        for n, s in dims:
+            ext += (n - 1) * s
+        if len(dims) >= 2 and all(s > 0 for _, s in dims):
+            # rows: the outermost dimension; a row: the bounding range of the rest (exact when the
+            # rest is contiguous). Lets the model tell apart tiles of a wider matrix.
+            n0, s0 = max(dims, key=lambda d: d[1])
+            row = ext - (n0 - 1) * s0 + item
+            if row < s0:
+                return Region(buf.id, buf.memory, 0, 1, off, off + ext + item, s0, n0, row)
         return Region(buf.id, buf.memory, 0, 1, off, off + ext + item)
 
     def partition_range(self) -> tuple[int, int]:
