@@ -44,7 +44,9 @@ class Candidate:
 
     def describe(self) -> str:
         tiles = "; ".join(f"pass {i + 1}: rows {p.tiling.row_tile}x{p.tiling.row_block}, n {p.tiling.n_tile}"
-                          f"/{p.tiling.n_block or 'all'}" for i, p in enumerate(self.passes))
+                          f"/{p.tiling.n_block or 'all'}" + (f", {p.tiling.col_split} column chunks"
+                                                             if p.tiling.col_split > 1 else "")
+                          for i, p in enumerate(self.passes))
         return f"variant {self.variant}, {self.fusion}, stationary via {self.options.stationary}, {tiles}"
 
 
@@ -73,7 +75,8 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
     for i, p in enumerate(cand.passes):
         t = p.tiling
         lines.append(f"pass {i + 1}:   {', '.join(n.op.value for n in p.group.nodes)}; row tile {t.row_tile} x block "
-                     f"{t.row_block}, matmul n tile {t.n_tile}, n block {t.n_block or 'whole width'}, k tile {t.k_tile}")
+                     f"{t.row_block}, matmul n tile {t.n_tile}, n block {t.n_block or 'whole width'}, k tile {t.k_tile}"
+                     + (f", {t.col_split} column chunks per row tile" if t.col_split > 1 else ""))
     if lowering_sources:
         lines.append("lowerings: " + ", ".join(f"{op} ({src})" for op, src in sorted(lowering_sources.items())))
     return lines
@@ -114,8 +117,13 @@ def check_lowerable(world: RowWorld, lowerer) -> None:
 
 def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]], sizes, target, dtype: str,
                          lowerer, counts: Counts, per_pass: int = 8, per_combo: int = 24,
-                         progress: Optional[Callable[[str], None]] = None) -> list[Candidate]:
+                         progress: Optional[Callable[[str], None]] = None,
+                         modes: tuple[str, ...] = FUSION_MODES) -> list[Candidate]:
+    """`modes`: the fusion modes to try (("unfused",) is the no-fusion ablation)."""
     limits = target.limits()
+    # engine placement is Axon's choice where the target has engines to spread over; the direct
+    # lowering keeps every instruction on its default engine
+    engines = "balanced" if getattr(target, "engine_balance", False) else "default"
     out: list[Candidate] = []
     seen: set[str] = set()
     for vi, (graph, rewrites) in enumerate(variants):
@@ -127,7 +135,7 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
             counts.reasons.append(f"variant {vi}: {err}")
             continue
         layouts = []
-        for mode in FUSION_MODES:
+        for mode in modes:
             try:
                 gs = groups(world, mode)
             except UnsupportedError as err:
@@ -152,7 +160,7 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
             combos = list(itertools.islice(itertools.product(*per_group), per_combo))
             for stationary in _stationary_options(world, target):
                 for combo in combos:
-                    cand = Candidate(vi, rewrites, mode, Options(stationary=stationary),
+                    cand = Candidate(vi, rewrites, mode, Options(stationary=stationary, engines=engines),
                                      tuple(Pass(g, t) for g, t in zip(gs, combo)))
                     try:
                         cand.source = emit(name, target, world, cand, sizes, dtype, lowerer)

@@ -1,60 +1,444 @@
-"""Instruction lowerings per operator, asked of the synthesis stage through a target.
+"""Instruction programs for the operators of a pass, all of them from the synthesis stage.
 
-`Lowerer(target).lower(node)` abstracts the operator application `node` into a pattern (its tensor
-operands become inputs a0, a1, ...; constants stay) and returns the first lowering whose proof
-did not fail: from `axon.synthesis.Synthesizer` when that stage is present, else from the
-target's stand-in table (`target.fallback_lowering`). Results are cached per pattern.
+`Lowerer(target)` asks the target's `Synthesizer` for every instruction sequence; there is no
+table of operator -> instruction anywhere. Three levels, all cached per pattern:
 
-Invariant: shared stage; the target object is the only source of instruction knowledge.
+  * `lower(node)`: the cheapest proved lowering of one operator (its tile pattern from
+    `axon.synthesis.abstract`, so x*x is one pattern with a single operand). No lowering raises
+    UnsupportedError("no instruction sequence implements <op> on <target>").
+  * `program(nodes, needed)`: a phase's operators as one straight-line `Program`. Windows of 2-3
+    consecutive connected operators are lowered as groups and kept where the group's proved
+    lowering is cheaper (by the ISA's weights) than its operators' own; the units are
+    concatenated, and instruction fusion (`axon.fusion.instructions.fuse_steps`) then merges
+    producer/consumer pairs across units into single proved instructions (activation + reduce
+    -> activation_reduce, tensor_scalar + tensor_tensor -> scalar_tensor_tensor, ...).
+  * `matmul(node)`: the contraction's lowering, which must read its stationary operand
+    transposed (the layout the tiling gives it).
+
+Second round of propagation (paper step 8): the IR meaning of each fused program (what its steps
+compute, `sequence_meaning`) is handed to `discover` under tight guards; its proved rewrites are
+counted, and variants whose re-lowering is cheaper are counted too (`second_round_cheaper`) but not
+used yet (see `_second_round`).
+
+Invariant: shared stage; the target object (its synthesizer and `can_emit`) is the only source of
+instruction knowledge, and every program is proved step by step (or marked unproved when no
+verifier exists).
 """
 from __future__ import annotations
 
-from typing import Optional
+import time
+from dataclasses import dataclass, field, replace
+from typing import Optional, Sequence
 
-from axon.ir import Node, input_node
-from dataclasses import replace
+from axon.errors import AxonError, UnsupportedError
+from axon.ir import Graph, Node, toposort
+from axon.semantics.ops import Op
+from axon.semantics.sizes import Size
 
-from axon.semantics.ops import AxisParams, Op
+PROVED = "proved"
+SECOND_ROUND_BUDGET_S = 4.0  # per Lowerer (one optimize run): propagation over instruction meanings
+
+
+GROUP_SKETCHES = 12_000  # per group pattern (the synthesizer's default is 60,000 for one operator)
+GROUP_MISSES = 6  # 3-operator group patterns per run that may come back without a shorter lowering
+
+
+def _second_round_guards():
+    from axon.rewriting.propagation import Guards
+
+    return Guards(max_rounds=2, max_enodes=80)
 
 
 def pattern_of(node: Node) -> Node:
-    """The operator on one tile: leading (batch) axes dropped, operands renamed a0, a1, ..."""
-    ins = []
-    for i, x in enumerate(node.inputs):
-        ins.append(x if x.op is Op.CONST else input_node(f"a{i}", x.shape[-2:] if x.rank > 2 else x.shape))
-    params = node.params
-    if isinstance(params, AxisParams) and node.rank > 2:
-        params = replace(params, axis=params.axis - (node.rank - 2))
-    return Node(node.op, tuple(ins), params, node.shape[-2:] if node.rank > 2 else node.shape)
+    """The operator on one tile: operands renamed a0, a1, ... (see axon.synthesis.abstract)."""
+    from axon.synthesis import abstract
+
+    return abstract([node]).pattern
+
+
+@dataclass(frozen=True)
+class Program:
+    """A straight-line instruction sequence computing graph nodes from other graph nodes.
+
+    Step args: ("operand", k) is the graph node operands[k]; ("step", i, output) an earlier step;
+    ("const", value), value a number or a Size over the canonical names in `dims`.
+    `outputs` maps each needed graph node to the step output holding it. `widths[(i, name)]` is
+    the symbolic free size of a step output (1 for a [P, 1] column)."""
+
+    steps: tuple
+    operands: tuple
+    outputs: tuple  # ((Node, Arg), ...)
+    widths: dict = field(hash=False, compare=False)
+    dims: tuple = ()  # (canonical name, graph name)
+    status: str = PROVED
+    cost: float = 0.0
+    fusions: tuple = ()  # "a+b->c" per applied instruction fusion
+    groups: tuple = ()  # operator names of the units lowered together ("max+sub+exp")
+    second_round: str = ""  # what the second round of propagation changed, if anything
+
+    def binding(self, sizes) -> dict:
+        return {canon: sizes[orig] for canon, orig in self.dims if orig in sizes}
+
+    def describe(self) -> str:
+        return "; ".join(f"s{i} = {s}" for i, s in enumerate(self.steps))
+
+
+def _rename(size: Size, names: dict) -> Size:
+    return Size({tuple(sorted(names.get(s, s) for s in mono)): c for mono, c in size.terms})
 
 
 class Lowerer:
-    def __init__(self, target, use_synthesis: bool = True):
+    def __init__(self, target, use_synthesis: bool = True, groups: bool = True, fuse: bool = True,
+                 second_round: bool = True):
         self.target = target
-        self.cache: dict[Node, Optional[object]] = {}
         self.synthesizer = target.synthesizer() if use_synthesis else None
-        self.sources: dict[str, str] = {}  # op name -> "synthesis" | "fallback"
+        self.groups, self.fuse, self.second = groups, fuse, second_round
+        self.cache: dict = {}
+        self.programs: dict = {}
+        self.sources: dict[str, str] = {}  # op name -> how it was lowered (for the kernel header)
         self.statuses: list[str] = []
+        self.stats = {"fusions": 0, "groups": 0, "second_round_proved": 0, "second_round_used": 0,
+                      "second_round_s": 0.0}
+        self._second_seen: dict = {}
+
+    @property
+    def target_name(self) -> str:
+        return getattr(self.target, "name", "this target")
+
+    def _fail(self, what: str):
+        raise UnsupportedError(f"no instruction sequence implements {what} on {self.target_name}")
+
+    # -- one operator, or a group --------------------------------------------------------------
+    def _group_synthesizer(self):
+        """Synthesis for operator groups: sketches bounded tighter (a group only pays when short)."""
+        if getattr(self, "_gsynth", None) is None:
+            from axon.synthesis import Synthesizer
+
+            s = self.synthesizer
+            self._gsynth = Synthesizer(s.isa, s.verifier if s.verifier is not None else False, s.max_steps,
+                                       max_sketches=GROUP_SKETCHES)
+        return self._gsynth
+
+    def _lowerings(self, outputs, group, memories=None, max_steps=None, only_cached=False):
+        """(abstraction, proved emittable lowerings) of a group, cheapest first; [] if none."""
+        from axon.synthesis import abstract
+
+        if self.synthesizer is None:
+            return None, []
+        try:
+            ab = abstract(outputs, group)
+        except AxonError:
+            return None, []
+        key = (ab.pattern, tuple(sorted((memories or {}).items())), max_steps)
+        if key not in self.cache and only_cached:
+            return ab, []
+        if key not in self.cache:
+            synth = self.synthesizer if len(group) == 1 else self._group_synthesizer()
+            try:
+                found = synth.lower(ab.pattern, operand_memories=memories, max_steps=max_steps)
+            except AxonError:
+                found = []
+            self.cache[key] = [lw for lw in found if lw.verdict_status in ("proved", "unproved")
+                               and self.target.can_emit(lw)]
+        return ab, self.cache[key]
 
     def lower(self, node: Node):
-        pat = pattern_of(node)
-        if pat in self.cache:
-            return self.cache[pat]
-        found = None
-        if self.synthesizer is not None:
+        """The cheapest proved lowering of one operator (UnsupportedError when there is none)."""
+        if node.op is Op.MATMUL:
+            return self.matmul(node)
+        _, found = self._lowerings([node], [node])
+        found = [lw for lw in found if not _reads_transposed(lw)]
+        if not found:
+            self._fail(f"{node.op.value}({', '.join(i.op.value for i in node.inputs)})")
+        self.sources[node.op.value] = f"synthesis, {found[0].verdict_status}"
+        return found[0]
+
+    def matmul(self, node: Node):
+        """The contraction as one instruction reading the stationary operand transposed."""
+        _, found = self._lowerings([node], [node])
+        for lw in found:
+            if len(lw.steps) != 1:
+                continue
+            args = dict(lw.steps[0].args)
+            trans = [s for s, a in args.items() if a.kind == "operand" and a.transposed and a.index == 0]
+            plain = [s for s, a in args.items() if a.kind == "operand" and not a.transposed and a.index == 1]
+            if len(args) == 2 and trans and plain:
+                self.sources[node.op.value] = f"synthesis, {lw.verdict_status}"
+                return lw
+        self._fail("matmul with a transposed stationary operand")
+
+    # -- a phase -----------------------------------------------------------------------------
+    def program(self, nodes: Sequence[Node], needed: Sequence[Node], memories: Optional[dict] = None) -> Program:
+        """One program for `nodes` (topological order) giving every node of `needed`.
+        `memories`: graph node -> memory for operands not in SBUF (a matmul's PSUM chunk)."""
+        nodes = tuple(nodes)
+        needed = tuple(n for n in nodes if n in set(needed))
+        key = (nodes, needed, tuple(sorted(((n, m) for n, m in (memories or {}).items()), key=lambda e: repr(e[0]))))
+        if key not in self.programs:
+            self.programs[key] = self._program(nodes, needed, dict(memories or {}))
+        prog = self.programs[key]
+        for n in nodes:
+            self.sources.setdefault(n.op.value, f"synthesis, {prog.status}")
+        return prog
+
+    def _program(self, nodes, needed, memories) -> Program:
+        from axon.synthesis import abstract
+
+        members = set(nodes)
+        outs = list(needed) or [nodes[-1]]
+        phase = abstract(outs, nodes)
+        canon_of = {orig: canon for canon, orig in phase.dims}
+        index = {n: k for k, n in enumerate(phase.operands)}
+        steps: list = []
+        produced: dict = {}  # graph node -> Arg in the program
+        groups = []
+        i = 0
+        while i < len(nodes):
+            unit = None
+            if self.groups:
+                for k in (3, 2):
+                    win = nodes[i:i + k]
+                    if len(win) == k and _connected(win):
+                        unit = self._group_unit(win, nodes, needed, memories)
+                        if unit is not None:
+                            break
+            if unit is None:
+                win = nodes[i:i + 1]
+                unit = self._single_unit(win[0], memories)
+            ab, lw = unit
+            if len(win) > 1:
+                groups.append("+".join(n.op.value for n in win))
+                self.stats["groups"] += 1
+            names = {canon: orig for canon, orig in ab.dims}
+            base = len(steps)
+
+            def remap(arg, ab=ab, names=names, base=base):
+                from axon.synthesis import Arg
+
+                if arg.kind == "operand":
+                    g = ab.operands[arg.index]
+                    if g in produced:
+                        src = produced[g]
+                        return replace(src, transposed=arg.transposed, broadcast=arg.broadcast) \
+                            if (arg.transposed or arg.broadcast) else src
+                    if g not in index:
+                        raise UnsupportedError(f"{g.op.value} is read by the pass but not one of its operands")
+                    return replace(arg, index=index[g])
+                if arg.kind == "step":
+                    return replace(arg, index=arg.index + base)
+                if isinstance(arg.value, Size):
+                    return replace(arg, value=_rename(_rename(arg.value, names), canon_of))
+                return arg
+
+            for st in lw.steps:
+                steps.append(replace(st, args=tuple((s, remap(a)) for s, a in st.args)))
+            unit_outs = _unit_outputs(win, nodes, needed)
+            for g, out in zip(unit_outs, lw.outputs):
+                produced[g] = remap(out)
+            i += len(win)
+        outputs = tuple((n, produced[n]) for n in outs)
+        prog = self._finish(phase, steps, outputs, memories, groups)
+        if self.second:
+            prog = self._second_round(prog, phase, nodes, needed, memories)
+        return prog
+
+    def _single_unit(self, node, memories):
+        mem = _memories_for([node], [node], memories)
+        ab, found = self._lowerings([node], [node], mem)
+        found = [lw for lw in found if not _reads_transposed(lw)]
+        if not found:
+            self._fail(f"{node.op.value}({', '.join(i.op.value for i in node.inputs)})")
+        return ab, found[0]
+
+    def _group_unit(self, win, nodes, needed, memories):
+        outs = _unit_outputs(win, nodes, needed)
+        mem = _memories_for(outs, win, memories)
+        # a group pays only when it takes fewer instructions than its operators; a 3-operator
+        # search costs about a second, so only so many fruitless ones are tried per run
+        spent = len(win) > 2 and self.stats.get("group_misses", 0) >= GROUP_MISSES
+        ab, found = self._lowerings(outs, win, mem, max_steps=len(win) - 1, only_cached=spent)
+        found = [lw for lw in found if not _reads_transposed(lw)]
+        best = self._cheaper(win, found, memories)
+        if best is None and len(win) > 2 and ab is not None and ("miss", ab.pattern) not in self.cache:
+            self.cache[("miss", ab.pattern)] = True
+            self.stats["group_misses"] = self.stats.get("group_misses", 0) + 1
+        return None if best is None else (ab, best)
+
+    def _cheaper(self, win, found, memories):
+        """The cheapest of `found` if it beats the window's operators lowered one by one."""
+        if not found:
+            return None
+        single = 0.0
+        for n in win:
+            _, one = self._lowerings([n], [n], _memories_for([n], [n], memories))
+            one = [lw for lw in one if not _reads_transposed(lw)]
+            if not one:
+                return None
+            single += one[0].cost
+        best = min(found, key=lambda lw: lw.cost)
+        return best if best.cost < single - 1e-9 else None
+
+    def _finish(self, phase, steps, outputs, memories, groups) -> Program:
+        """Fuse instructions across the units, and read off every step output's width."""
+        from axon.synthesis import Lowering, sequence_meaning
+        from axon.synthesis.pattern import pattern_inputs
+
+        synth = self.synthesizer
+        pattern = phase.pattern if isinstance(phase.pattern, tuple) else (phase.pattern,)
+        # the emitter reads a row operand broadcast across partitions from a full on-chip tile, so
+        # fusion sees it as one (its pattern is the widened operands: fuse_steps reads only those)
+        steps = [replace(st, args=tuple((sl, replace(a, broadcast=False)) for sl, a in st.args)) for st in steps]
+        outputs = [(n, replace(a, broadcast=False)) for n, a in outputs]
+        wide = _widened_inputs(phase.pattern, steps)
+        lw = Lowering(tuple(wide[k] for k in sorted(wide)) or phase.pattern, tuple(steps), 0, "proved", 0.0, "",
+                      tuple(a for _, a in outputs),
+                      getattr(synth.isa, "name", ""), sum(synth.spec(s.instruction).weight for s in steps))
+        fusions = []
+        if self.fuse:
+            mem = {f"a{k}": memories[g] for k, g in enumerate(phase.operands) if g in memories}
+            log: list = []
             try:
-                for lw in self.synthesizer.lower(pat):
-                    if getattr(lw, "verdict_status", "PROVED") != "REFUTED" and self.target.can_emit(lw):
-                        found = lw
-                        self.sources[node.op.value] = "synthesis"
-                        break
-            except Exception:  # a stage still being built must not sink selection
-                found = None
-        if found is None:
-            found = self.target.fallback_lowering(pat)
-            if found is not None:
-                self.sources.setdefault(node.op.value, "fallback")
-        self.cache[pat] = found
-        if found is not None:
-            self.statuses.append(getattr(found, "verdict_status", "UNKNOWN"))
-        return found
+                fused = _fuse(lw, synth, mem, log)
+            except AxonError:
+                fused, log = lw, []
+            if self.target.can_emit(fused) and not _reads_transposed(fused):
+                lw = fused
+                fusions = [f"{'+'.join(r.pair)}->{r.fused}" for r in log]
+                self.stats["fusions"] += len(fusions)
+        inputs = _widened_inputs(phase.pattern, steps)
+        refs = [_arg("step", i, name) for i, s in enumerate(lw.steps) for name in synth.spec(s.instruction).outputs]
+        meanings = sequence_meaning(synth.spec, inputs, lw.steps, refs)
+        widths = {(r.index, r.output): m.shape[-1] if m.shape else Size.of(1) for r, m in zip(refs, meanings)}
+        outputs = tuple((n, a) for (n, _), a in zip(outputs, lw.outputs))
+        return Program(tuple(lw.steps), phase.operands, outputs, widths, phase.dims, lw.verdict_status,
+                       lw.cost, tuple(fusions), tuple(groups))
+
+    # -- second round of propagation ---------------------------------------------------------
+    def _second_round(self, prog: Program, phase, nodes, needed, memories) -> Program:
+        """Propagation over the program's IR meaning; a cheaper re-lowered variant replaces it."""
+        if self.stats["second_round_s"] > SECOND_ROUND_BUDGET_S or not 2 <= len(prog.steps) <= 6:
+            return prog
+        from axon.rewriting import discover
+        from axon.synthesis import sequence_meaning
+        from axon.synthesis.pattern import pattern_inputs
+
+        start = time.perf_counter()
+        try:
+            inputs = {int(n.params.name[1:]): n for n in pattern_inputs(phase.pattern)}
+            meaning = sequence_meaning(self.synthesizer.spec, inputs, prog.steps, [a for _, a in prog.outputs])
+            graph = Graph(tuple(inputs[k] for k in sorted(inputs)), tuple(meaning))
+            key = graph.outputs
+            if key in self._second_seen:
+                proved, best = self._second_seen[key]
+            else:
+                nu, _ = discover(graph, guards=_second_round_guards())
+                proved = sum(1 for p in nu.proofs if p.status == "PROVED")
+                best = None
+                for v in nu.extract_variants(limit=4)[1:]:
+                    try:
+                        cand = self._relower(v.graph, phase, prog, memories)
+                    except AxonError:
+                        continue
+                    if cand is not None and cand.cost < (best or prog).cost - 1e-9:
+                        best = cand
+                self._second_seen[key] = (proved, best)
+                self.stats["second_round_proved"] += proved
+            if best is not None:
+                # a cheaper re-lowering of a proved variant exists; it is counted, not yet used:
+                # re-lowered programs lost a store in the emitted kernel (caught by the numerical
+                # check on rmsnorm at the quick size), so the fused program stays until that is fixed
+                self.stats["second_round_cheaper"] = self.stats.get("second_round_cheaper", 0) + 1
+        except AxonError:
+            pass
+        finally:
+            self.stats["second_round_s"] += time.perf_counter() - start
+        return prog
+
+    def _relower(self, graph: Graph, phase, prog: Program, memories) -> Optional[Program]:
+        """Lower a variant of a program's meaning (over the phase's a_k) back to a Program over
+        the phase's graph operands."""
+        inner_nodes = [n for n in graph.nodes() if n.op not in (Op.INPUT, Op.CONST)]
+        if any(n.op is Op.TRANSPOSE or n.op is Op.MATMUL for n in inner_nodes):
+            return None
+        sub = Lowerer.__new__(Lowerer)
+        sub.__dict__.update(self.__dict__)
+        sub.second = False
+        sub.programs = {}
+        sub.stats = dict(self.stats)
+        inner_mem = {}
+        by_name = {f"a{k}": g for k, g in enumerate(phase.operands)}
+        for n in graph.inputs:
+            if by_name[n.params.name] in memories:
+                inner_mem[n] = memories[by_name[n.params.name]]
+        if any(o.op in (Op.INPUT, Op.CONST) for o in graph.outputs):
+            return None  # an output that is an operand or a constant: nothing for a program to write
+        p = sub._program(tuple(inner_nodes), tuple(graph.outputs), inner_mem)
+        if len(p.outputs) != len(prog.outputs):
+            return None
+        # translate: operands are the meaning's INPUT nodes a_k -> the phase's graph operands
+        operands = tuple(by_name[n.params.name] for n in p.operands)
+        names = {canon: orig for canon, orig in phase.dims}
+        dims = tuple((canon, names.get(inner, inner)) for canon, inner in p.dims)
+        outputs = tuple((g, a) for (g, _), (_, a) in zip(prog.outputs, p.outputs))
+        return replace(p, operands=operands, outputs=outputs, dims=dims,
+                       second_round=f"{len(prog.steps)} -> {len(p.steps)} instructions")
+
+
+def _widened_inputs(pattern, steps) -> dict:
+    """k -> the pattern's input a_k, a [1, F] row read broadcast widened to the rows' [P, F]."""
+    from axon.ir import input_node
+    from axon.synthesis.pattern import pattern_inputs
+
+    outs = pattern if isinstance(pattern, tuple) else (pattern,)
+    rows = next((o.shape[-2] for o in outs if len(o.shape) >= 2), None)
+    wide = {a.index for st in steps for _, a in st.args if a.kind == "operand" and a.broadcast}
+    out = {}
+    for n in pattern_inputs(pattern):
+        k = int(n.params.name[1:])
+        shape = n.shape if len(n.shape) >= 2 else (Size.of(1),) + tuple(n.shape)
+        if (k in wide or shape[0] == Size.of(1)) and rows is not None and shape[0] == Size.of(1) and \
+                shape[-1] != Size.of(1):
+            n = input_node(n.params.name, (rows, shape[-1]))
+        out[k] = n
+    return out
+
+
+def _fuse(lw, synth, memories, log):
+    from axon.fusion.instructions import fuse_steps
+
+    return fuse_steps(lw, synth, memories, log)
+
+
+def _arg(kind, index, output="out"):
+    from axon.synthesis import Arg
+
+    return Arg(kind, index, output=output)
+
+
+def _memories_for(outputs, group, memories) -> dict:
+    """a_k -> memory for the abstraction of `group`, from graph-node memories."""
+    if not memories:
+        return {}
+    from axon.synthesis import abstract
+
+    ab = abstract(outputs, group)
+    return {f"a{k}": memories[g] for k, g in enumerate(ab.operands) if g in memories}
+
+
+def _reads_transposed(lw) -> bool:
+    """An element-wise program cannot read an operand transposed (only a matmul's stationary can)."""
+    return any(a.transposed for s in lw.steps for _, a in s.args)
+
+
+def _connected(win) -> bool:
+    return all(any(x in win[:j] for x in n.inputs) for j, n in enumerate(win) if j)
+
+
+def _unit_outputs(win, nodes, needed) -> list:
+    """The window's nodes that anything after it (or outside the phase) reads, in order; the
+    last node always."""
+    later = nodes[nodes.index(win[-1]) + 1:]
+    out = [n for n in win if n in needed or any(n in m.inputs for m in later)]
+    if win[-1] not in out:
+        out.append(win[-1])
+    return out

@@ -2,7 +2,8 @@
 
 Symbolic phase: operator propagation proves variants into the nuGraph; each variant is grouped
 into passes (node fusion), tiled under the target's limits (misfits rejected by the model) and
-lowered operator by operator (synthesis, or the target's stand-in table), and every candidate
+lowered to proved instruction programs by synthesis (per operator and group, then instruction
+fusion and a second round of propagation on the instructions' meaning), and every candidate
 is emitted as kernel source. Selection phase: the performance model ranks all candidates from
 timing-only simulation; the fastest ones are run with data at full size against the NumPy
 reference until one passes. The direct lowering (one pass per operator, default tiling, no
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Union
 
 from axon.errors import AxonError, InputError, UnsupportedError
+from axon.fusion.nodes import FUSION_MODES
 from axon.frontend.program import Program
 from axon.search.candidates import Candidate, Counts, direct_lowering, enumerate_candidates
 from axon.search.lowering import Lowerer
@@ -54,6 +56,9 @@ class OptimizeResult:
     kernel_path: Optional[str] = None
     trace_path: Optional[str] = None
     winner: Optional[Candidate] = field(default=None, repr=False)
+    baseline_source: str = field(default="", repr=False)  # the direct lowering's kernel (the report checks it)
+    # instruction level: groups lowered together, instruction fusions, second-round propagation
+    instructions: dict = field(default_factory=dict)
 
     @property
     def roofline_fraction(self) -> float:
@@ -72,6 +77,7 @@ class OptimizeResult:
                      "check": self.check, "trace_path": self.trace_path},
             "baseline": {"latency_ns": self.baseline_latency_ns, "speedup": self.speedup},
             "candidates": self.candidates, "proofs": self.proofs, "time_s": self.time_s,
+            "instructions": self.instructions,
         }
 
 
@@ -131,7 +137,11 @@ def get_target(name: str):
 # --- the pipeline --------------------------------------------------------------------------
 def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16", *, budget_s: float = DEFAULT_BUDGET_S,
              variants: int = 8, out_dir: Optional[Union[str, Path]] = None, cache: Optional[ResultCache] = None,
-             progress: Optional[Callable[[str], None]] = None, seed: int = 0) -> OptimizeResult:
+             progress: Optional[Callable[[str], None]] = None, seed: int = 0, algebra: bool = True,
+             fusion: bool = True) -> OptimizeResult:
+    """The fastest correct kernel for `program` at `sizes`. The ablations of the benchmark report:
+    `algebra=False` searches only the program as written (no propagation variants, no proofs);
+    `fusion=False` gives every operator its own pass (tiling and layout are still searched)."""
     say = progress or (lambda s: None)
     prog, bench = resolve_program(program)
     sizes = resolve_sizes(prog, bench, sizes)
@@ -145,14 +155,17 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     # symbolic phase: variants, lowerings, tilings, emission
     from axon.rewriting import discover
 
-    say(f"{prog.name} {sizes} on {tgt.name} ({dtype}): discovering rewrites")
-    nu, _stats = discover(prog.graph)
-    vs = nu.extract_variants(limit=variants)
     proofs = {"proved": 0, "refuted": 0, "unknown": 0}
-    for p in nu.proofs:
-        key = {"PROVED": "proved", "REFUTED": "refuted"}.get(p.status, "unknown")
-        proofs[key] += 1
-    pool = [(v.graph, tuple(nu.proofs[i].rewrite for i in v.rewrites)) for v in vs] or [(prog.graph, ())]
+    pool = []
+    if algebra:
+        say(f"{prog.name} {sizes} on {tgt.name} ({dtype}): discovering rewrites")
+        nu, _stats = discover(prog.graph)
+        vs = nu.extract_variants(limit=variants)
+        for p in nu.proofs:
+            key = {"PROVED": "proved", "REFUTED": "refuted"}.get(p.status, "unknown")
+            proofs[key] += 1
+        pool = [(v.graph, tuple(nu.proofs[i].rewrite for i in v.rewrites)) for v in vs]
+    pool = pool or [(prog.graph, ())]
     lowerer = Lowerer(tgt)
     counts = Counts()
     say(f"{len(pool)} variant(s); tiling and emitting candidates")
@@ -160,7 +173,8 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         baseline = direct_lowering(prog.name, prog.graph, sizes, tgt, dtype, lowerer)
     except UnsupportedError as err:
         raise UnsupportedError(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
-    cands = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say)
+    cands = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say,
+                                 modes=FUSION_MODES if fusion else ("unfused",))
     base_misfit = baseline.misfit
     if base_misfit:
         counts.reject(f"direct lowering: {base_misfit}")
@@ -222,7 +236,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         proofs=proofs, time_s={"symbolic": round(t_symbolic, 3), "selection": round(t_selection, 3)},
         check=f"full size {sizes}, random normal inputs (seed {seed}), {dtype}, {rtol} against the float64 "
               f"NumPy reference, scaled by max|ref| = {check.scale:.4g}",
-        winner=cand)
+        winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source)
     result.report = _report(result, cand, counts)
     if out_dir is not None:
         write_outputs(result, tgt, Path(out_dir), shapes)
@@ -239,10 +253,26 @@ def _report(r: OptimizeResult, cand: Candidate, counts: Counts) -> str:
              f"  rewrites: {', '.join(r.rewrites) or 'none'}",
              f"  checked:  {r.check}; max |err| {r.max_abs_err:.3g}",
              f"  candidates: {r.candidates}",
-             f"  proofs:   {r.proofs}; time {r.time_s}"]
+             f"  proofs:   {r.proofs}; time {r.time_s}",
+             f"  instructions: {r.instructions}"]
     if counts.reasons:
         lines.append("  rejections (first few): " + "; ".join(counts.reasons[:3]))
     return "\n".join(lines)
+
+
+def _instruction_stats(lowerer, cand: Candidate) -> dict:
+    """What the instruction level did: over the whole search (groups lowered together, instruction
+    fusions applied, second-round rewrites proved on instruction meanings and programs they
+    replaced) and in the winning kernel (its fused instructions)."""
+    st = getattr(lowerer, "stats", {})
+    used = [line.split("; fused ", 1)[1].split(";")[0] for line in cand.source.splitlines()
+            if "instruction(s)" in line and "; fused " in line]
+    return {"groups": st.get("groups", 0), "fusions": st.get("fusions", 0),
+            "second_round_proved": st.get("second_round_proved", 0),
+            "second_round_used": st.get("second_round_used", 0),
+            "second_round_cheaper": st.get("second_round_cheaper", 0),
+            "second_round_s": round(st.get("second_round_s", 0.0), 3),
+            "winner_fusions": used}
 
 
 def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict) -> None:

@@ -19,6 +19,7 @@ tilings and the lowerings' steps.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -39,6 +40,8 @@ class Pass:
 @dataclass(frozen=True)
 class Options:
     stationary: str = "pe"  # how an input's rows reach the contraction layout: "pe" | "dma"
+    engines: str = "default"  # "default": each instruction on its usual engine; "balanced": the emitter
+    # spreads element-wise instructions over the engines that can run them (where the target can)
 
 
 def _ex(*terms) -> str:
@@ -81,6 +84,9 @@ class KernelBuilder:
     def __init__(self, world: RowWorld, passes: list[Pass], sizes: Mapping[str, int],
                  lower: Callable[[Node], object], emitter, options: Options = Options()):
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
+        self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
+        if hasattr(emitter, "balance"):
+            emitter.balance = options.engines == "balanced"
         self.hbm: dict[Node, str] = {}  # node -> HBM tensor name (inputs, scratch)
         self.outputs: dict[Node, tuple[str, bool]] = {}  # node -> (output name, stored transposed)
         self.vectors: dict[Node, str] = {}
@@ -200,8 +206,9 @@ class KernelBuilder:
         return out
 
     # -- operands ---------------------------------------------------------------------------
-    def operand(self, x: Node, here: dict, block, members, r: str, P: int, rows: str, chunk=None):
-        """Tile expression (or a number) for operand x of an operator in the current row tile."""
+    def operand(self, x: Node, here: dict, block, members, r: str, P: int, rows: str, chunk=None, split: int = 1):
+        """Tile expression (or a number) for operand x of an operator in the current row tile
+        (its columns `chunk` = (start, width); `split`: the row phase's column chunks)."""
         w, em = self.w, self.em
         role = w.roles.get(x)
         if x in here:
@@ -227,9 +234,11 @@ class KernelBuilder:
             # load the whole rows of the input once; the slice is a strided view of that tile
             (_, _, _), (start, _, step) = x.params.slices[-2:]
             src = view_source(x)
-            whole = self.operand(src, here, block, members, r, P, rows)
+            W = self.cols(src) // split  # a chunk of the slice reads the same chunk of its source
+            whole = self.operand(src, here, block, members, r, P, rows,
+                                 chunk=(f"i_c * {W}", W) if split > 1 else None)
             tile = whole.split("[", 1)[0]
-            here[x] = f"{tile}[0:{P}, {start}:{self.cols(src)}:{step}]"
+            here[x] = f"{tile}[0:{P}, {start}:{W}:{step}]"
             return here[x]
         if role == "view" and x.op is not Op.SLICE:
             raise UnsupportedError(f"{x.op.value} of an input used by a row operator")
@@ -242,38 +251,80 @@ class KernelBuilder:
         src = view_source(x) if self.w.roles.get(x) == "view" else x
         return self.hbm.get(src, "v")
 
-    def apply(self, n: Node, operands: list, dst: str, P: int, width: int):
-        lw = self.lower(n)
-        if lw is None:
-            raise UnsupportedError(f"no instruction sequence implements {n.op.value}"
-                                   f"({', '.join(i.op.value for i in n.inputs)}) on this target")
-        self.em.steps(lw, operands, dst, P, width)
+    def run_program(self, nodes, needed, operand, dst_for, P: int, chunk=None, memories=None, split: int = 1):
+        """Emit the synthesized program of `nodes` (one straight-line instruction sequence, fused
+        where proved cheaper); `operand(x)` gives an operand's tile, `dst_for(n)` a needed node's
+        destination; `split`: every width is cut in this many column chunks (element-wise passes).
+        Returns node -> tile for the needed nodes."""
+        prog = self.lowerer.program(nodes, needed, memories)
+        ops = [operand(x) for x in prog.operands]
+        binding = prog.binding(self.sizes)
+        full, part = chunk if chunk else (None, None)
+
+        def width_of(size) -> int:
+            w = concrete(size, binding)
+            if split > 1:
+                return w // split if w > 1 else w
+            return part if full is not None and w == full else w
+
+        dsts, here = {}, {}
+        copies = []
+        for n, arg in prog.outputs:
+            key = (arg.index, arg.output)
+            here[n] = dst_for(n)
+            if key in dsts:
+                copies.append((here[n], dsts[key]))
+            else:
+                dsts[key] = here[n]
+        note = f"{', '.join(n.op.value for n in nodes)}: {len(prog.steps)} instruction(s), {prog.status}"
+        if prog.fusions:
+            note += "; fused " + ", ".join(prog.fusions)
+        if prog.second_round:
+            note += "; second round " + prog.second_round
+        self.em.comment(note)
+        self.em.program(prog, ops, dsts, P, width_of, binding)
+        for dst, src in copies:
+            self.em.copy(dst, src)
+        return here
 
     # -- row phase --------------------------------------------------------------------------
     def row_phase(self, ph, t: Tiling, rows0, block, trans, members, stationary, consumers, owner, pi):
         em = self.em
-        P, BM = t.row_tile, t.row_block
-        with em.loop("i_r", BM):
+        P, BM, CS = t.row_tile, t.row_block, t.col_split
+        # an element-wise pass may walk each row tile in CS column chunks (tiling's col_split), so
+        # the loads, instructions and stores of consecutive chunks overlap
+        chunk = (lambda x: (f"i_c * {self.cols(x) // CS}", self.cols(x) // CS)) if CS > 1 else (lambda x: None)
+        with em.loop("i_r", BM), (em.loop("i_c", CS) if CS > 1 else nullcontext()):
             rows = _ex(rows0, ("i_r", P))
             here: dict[Node, str] = {}
-            reusable = inplace_plan(ph.nodes, block, trans, self.outputs, self.hbm, self.cols)
-            for n in ph.nodes:
-                ops = [self.operand(x, here, block, members, "i_r", P, rows) for x in n.inputs]
-                C = self.cols(n)
+            needed = [n for n in ph.nodes if n in block or n in trans or n in stationary
+                      or self._needs_store(n, consumers, owner, pi)]
+
+            def dst_for(n):
+                C = self.cols(n) // CS
                 only_t = n in stationary and n not in block and n not in self.outputs and n not in self.hbm
+                # a value only stored (no reader in this pass) is written in the kernel's dtype at once:
+                # the store rounds it there anyway, and no cast instruction is needed
+                only_stored = (pi not in consumers.get(n, ()) and n not in stationary and n not in block
+                               and n not in trans and bool(self._needs_store(n, consumers, owner, pi)))
                 if n in block:
-                    dst = em.view(block[n], P, _ex(("i_r", C)), C)
-                elif n in reusable and not only_t:  # element-wise in place: the operand dies here
-                    dst = here[reusable[n]]
-                else:
-                    dst = em.view(em.alloc(self._nm(n), P, C, "kernel" if only_t else "f32"), P, "0", C)
-                self.apply(n, ops, dst, P, C)
-                here[n] = dst
+                    return em.view(block[n], P, _ex(("i_r", C)), C)
+                kind = "kernel" if only_t or only_stored else "f32"
+                return em.view(em.alloc(self._nm(n), P, C, kind), P, "0", C)
+
+            made = self.run_program(ph.nodes, needed, lambda x: self.operand(x, here, block, members, "i_r", P, rows,
+                                                                             chunk=chunk(x), split=CS),
+                                    dst_for, P, split=CS)
+            for n in ph.nodes:
+                if n not in made:
+                    continue
+                dst = here[n] = made[n]
+                C, c0 = self.cols(n) // CS, (chunk(n)[0] if CS > 1 else "0")
                 if n in trans:
                     tile, kts, _ = trans[n]
                     em.transpose_into(tile, dst, P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
                 for oname, transposed in self._needs_store(n, consumers, owner, pi):
-                    self.store(n, dst, oname, transposed, rows, P, "0", C)
+                    self.store(n, dst, oname, transposed, rows, P, c0, C)
 
     def store(self, n: Node, tile: str, oname: str, transposed: bool, rows: str, P: int, c0: str, width: int):
         em = self.em
@@ -364,13 +415,17 @@ class KernelBuilder:
                     here: dict[Node, str] = {}
                     for mm in ph.matmuls:
                         acc = em.alloc("acc", P, NT, "accum")
-                        em.matmul(acc, tile, wblk[mm], P, KT, NT, kts, tcol("i_kt"), _ex(("i_kt", NB), ("i_nt", NT)))
+                        em.matmul(acc, tile, wblk[mm], P, KT, NT, kts, tcol("i_kt"), _ex(("i_kt", NB), ("i_nt", NT)),
+                                  step=self.lowerer.matmul(mm).steps[0])
                         here[mm] = em.view(acc, P, "0", NT)
-                    for n in ph.epilogue:
-                        ops = [self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)) for x in n.inputs]
-                        dst = em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)
-                        self.apply(n, ops, dst, P, NT)
-                        here[n] = dst
+                    if ph.epilogue:
+                        needed = [n for n in ph.epilogue if n in block or n in trans
+                                  or self._needs_store(n, consumers, owner, pi)]
+                        here.update(self.run_program(
+                            ph.epilogue, needed,
+                            lambda x: self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)),
+                            lambda n: em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT), P,
+                            chunk=(N, NT), memories={mm: "psum" for mm in ph.matmuls}))
                     for n in ph.nodes:
                         if n in block:
                             em.copy(em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT), here[n])

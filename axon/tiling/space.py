@@ -49,10 +49,11 @@ class Tiling:
     n_tile: int  # output columns per matmul instruction
     n_block: int  # output columns per weight block (a multiple of n_tile); 0: whole width
     k_tile: int
+    col_split: int = 1  # element-wise passes: each row tile in this many column chunks (pipelined)
 
     def describe(self) -> dict:
         return {"row_tile": self.row_tile, "row_block": self.row_block, "n_tile": self.n_tile,
-                "n_block": self.n_block, "k_tile": self.k_tile}
+                "n_block": self.n_block, "k_tile": self.k_tile, "col_split": self.col_split}
 
     def n_block_for(self, n: int) -> int:
         return n if self.n_block == 0 or self.n_block > n else self.n_block
@@ -63,6 +64,35 @@ class Tiling:
 
 DEFAULT_ROW_BLOCKS = (1, 2, 4, 8)
 DEFAULT_N_BLOCKS = (1, 2, 4, 8, 0)  # multiples of the n tile; 0: the whole width
+DEFAULT_COL_SPLITS = (1, 2, 4, 8)  # column chunks per row tile in element-wise passes
+MIN_CHUNK_BYTES = 512  # a chunk's contiguous bytes per partition: shorter DMAs are overhead-bound
+
+
+def col_splits(world: RowWorld, group: Group, sizes: Mapping[str, int], splits: Iterable[int] = DEFAULT_COL_SPLITS,
+               dsize: int = 2) -> list[int]:
+    """Column splits a pass admits: only element-wise operators (a chunk of columns is computed
+    from the same chunk of every operand), every width divisible, strided views chunkable."""
+    from axon.semantics.ops import OP_SPECS, OpKind
+
+    widths = []
+    for n in group.nodes:
+        if OP_SPECS[n.op].kind is not OpKind.ELEMENTWISE:
+            return [1]
+        widths.append(concrete(n.shape[-1], sizes))
+        for x in n.inputs:
+            role = world.roles.get(x)
+            if role == "view":
+                if x.op is not Op.SLICE:
+                    return [1]
+                start, _, step = x.params.slices[-1]
+                if not (0 <= start < step):
+                    return [1]
+                widths.append(concrete(x.shape[-1], sizes))
+            elif role in ("row", "vector") and concrete(x.shape[-1], sizes) > 1:
+                widths.append(concrete(x.shape[-1], sizes))
+            elif role not in ("row", "vector", "const"):
+                return [1]
+    return [s for s in splits if all(w % s == 0 and (s == 1 or (w // s) * dsize >= MIN_CHUNK_BYTES) for w in widths)]
 
 
 def concrete(size: Size, sizes: Mapping[str, int]) -> int:
@@ -97,6 +127,7 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
     n_tiles = sorted({_divisor_at_most(n, limits.moving_free_max) for n in dims["N"]} or {limits.moving_free_max})
     fits, rejected = [], []
     seen = set()
+    splits = col_splits(world, group, sizes) if not dims["N"] else [1]
     for rb in row_blocks:
         if (R // row_tile) % rb:
             continue
@@ -107,12 +138,13 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
                     continue
                 if nb and all(nb >= n for n in dims["N"]):
                     nb = 0
-                t = Tiling(row_tile, rb, nt, nb, k_tile)
-                if t in seen:
-                    continue
-                seen.add(t)
-                why = check(world, group, t, sizes, limits)
-                (rejected.append((t, why)) if why else fits.append(t))
+                for cs in splits:
+                    t = Tiling(row_tile, rb, nt, nb, k_tile, cs)
+                    if t in seen:
+                        continue
+                    seen.add(t)
+                    why = check(world, group, t, sizes, limits)
+                    (rejected.append((t, why)) if why else fits.append(t))
     return fits, rejected
 
 
@@ -159,6 +191,8 @@ def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int]
     for i, ph in enumerate(phs):
         for n in ph.nodes:
             for x in n.inputs:
+                if n.op is Op.MATMUL and x is n.inputs[0]:
+                    continue  # a stationary operand is kept only transposed (counted below), as the builder does
                 later_use[x] = max(later_use.get(x, -1), i)
     total = 0
     vectors = {x for n in group.nodes for x in n.inputs if world.roles.get(x) == "vector"}

@@ -6,7 +6,9 @@ nisa`, `nl.ndarray(..., buffer=nl.sbuf/nl.psum/nl.shared_hbm)`, `nisa.*(dst=...)
 `nl.affine_range`). Target-specific choices live here: accumulators are PSUM tiles, a transpose
 onto the partition axis is a Tensor Engine `nc_transpose` into PSUM (four 128-blocks per bank)
 evacuated by one `tensor_copy`, a vector broadcast across partitions is a one-row matmul against
-ones, and each instruction name maps to its `nisa` call with the step's holes as keywords.
+ones. Operators are printed only from the synthesized programs handed in (`program`, `matmul`):
+each instruction name maps to its `nisa` call, slots and holes (the synthesizer's names) to
+keywords; a constant in a tile-only slot is a memset tile.
 
 Invariant: the same calls give byte-identical source (names come from a per-kernel counter).
 """
@@ -17,12 +19,10 @@ from contextlib import contextmanager
 
 from axon.errors import UnsupportedError
 
-# slots that take a tile; a constant there is materialised with memset
-_TENSOR_SLOTS = {"data", "data0", "data1", "data2", "stationary", "moving", "src"}
 _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
 # instructions whose nisa call `steps` can print (slots and holes map to keyword arguments)
 EMITTABLE = {"activation", "tensor_scalar", "tensor_tensor", "tensor_reduce", "tensor_tensor_scan", "reciprocal",
-             "tensor_copy", "scalar_tensor_tensor", "activation_reduce", "tensor_scalar_reduce", "nc_matmul",
+             "tensor_copy", "scalar_tensor_tensor", "activation_reduce", "nc_matmul",
              "nc_transpose"}
 _PSUM_BANK_BYTES = 2048
 
@@ -47,7 +47,8 @@ class NkiEmitter:
     def __init__(self, dtype: str = "bfloat16"):
         self.dtype = dtype
         self.lines: list[str] = []
-        self.pre: list[str] = []
+        self.pre: list[str] = []  # kernel-level set-up printed before the body (constant tiles)
+        self.consts: dict[tuple, str] = {}
         self.depth = 1
         self.counter: dict[str, int] = {}
         self.tile_dtype: dict[str, str] = {}
@@ -56,6 +57,8 @@ class NkiEmitter:
         self.params: list[str] = []
         self.header: list[str] = []
         self.sizes: dict[str, int] = {}  # binds symbolic constants (a mean's k)
+        self.balance = False  # spread tensor_tensor / tensor_scalar / tensor_copy over Vector and GpSimd
+        self.load = {"vector": 0.0, "gpsimd": 0.0}  # ns of element-wise work placed so far (balance)
 
     # -- names and lines --------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -69,6 +72,8 @@ class NkiEmitter:
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
+        if self.balance and text.startswith("nisa."):
+            self._note_fixed(text)
 
     def comment(self, text: str) -> None:
         self.line(f"# {text}")
@@ -99,8 +104,9 @@ class NkiEmitter:
     def finish(self, outputs: list[str]) -> str:
         self.line(f"return {', '.join(outputs)}")
         head = ['"""' + self.header[0]] + self.header[1:] + ['"""'] if self.header else []
+        body = self.lines[:1] + self.pre + self.lines[1:]  # after `DT = ...`
         text = "\n".join(head + ["import nki", "import nki.isa as nisa", "import nki.language as nl", "", "",
-                                 "@nki.jit", f"def {self.name}({', '.join(self.params)}):"] + self.lines) + "\n"
+                                 "@nki.jit", f"def {self.name}({', '.join(self.params)}):"] + body) + "\n"
         return text
 
     # -- tiles ------------------------------------------------------------------------------
@@ -132,7 +138,56 @@ class NkiEmitter:
         self.line(f"nisa.dma_transpose(dst={dst}, src={src})")
 
     def copy(self, dst: str, src: str) -> None:
-        self.line(f"nisa.tensor_copy(dst={dst}, src={src})")
+        eng = self._engine("tensor_copy", [src], dst, self._width(dst))
+        self.line(f"nisa.tensor_copy(dst={dst}, src={src}{eng})")
+
+    # -- engine placement (balance) -----------------------------------------------------------------
+    # Vector Engine 0.96 GHz, GpSimd 1.2 GHz on NeuronCore-v3; tensor_tensor streams at 2 cycles per
+    # element except on the Vector Engine with all-bf16 add/sub/mul (1 cycle); GpSimd cannot reach
+    # PSUM. Placing greedily on the less loaded engine approximates the model's per-engine streams
+    # (the kernel body is repeated uniformly, so balancing the text balances every iteration).
+    _CLOCK = {"vector": 0.96, "gpsimd": 1.2}
+
+    def _width(self, view: str) -> int:
+        m = re.match(r"^\w+\[0:\d+, (.+?):(.+)\]$", view)
+        if not m:
+            return 512
+        start, stop = m.group(1), m.group(2)
+        if start == "0" and stop.isdigit():
+            return int(stop)
+        tail = stop.rsplit("+ ", 1)[-1]
+        return int(tail) if tail.isdigit() else 512
+
+    # instructions only the Vector Engine runs, with their cycles per element: they load it too
+    _VECTOR_ONLY = {"tensor_reduce": 1.0, "scalar_tensor_tensor": 2.0, "tensor_tensor_scan": 2.0,
+                    "tensor_scalar_reduce": 1.0}
+    _DST = re.compile(r"^nisa\.(\w+)\(dst=(\w+\[0:\d+, [^\]]+\])")
+
+    def _note_fixed(self, text: str) -> None:
+        m = self._DST.match(text)
+        if m and m.group(1) in self._VECTOR_ONLY and "engine=" not in text:
+            width = self._width(m.group(2))
+            if m.group(1) in ("tensor_reduce", "tensor_scalar_reduce"):
+                src = re.search(r"data=(\w+\[0:\d+, [^\]]+\])", text)
+                width = self._width(src.group(1)) if src else width
+            self.load["vector"] += (60 + self._VECTOR_ONLY[m.group(1)] * width) / self._CLOCK["vector"]
+
+    def _engine(self, instruction: str, reads: list, dst: str, width: int, op: str = "") -> str:
+        """`, engine=...` for the instruction, or '' for its default engine."""
+        if not self.balance:
+            return ""
+        tiles = [self._base(x) for x in reads + [dst] if isinstance(x, str)]
+        if any(self.tile_mem.get(t) == "psum" for t in tiles):  # GpSimd cannot read PSUM
+            self.load["vector"] += (60 + width) / self._CLOCK["vector"]
+            return ""
+        half = self.dtype in ("bfloat16", "float16") and all(self.tile_dtype.get(t) == "kernel" for t in tiles)
+        per = {"vector": 2.0, "gpsimd": 2.0} if instruction == "tensor_tensor" else {"vector": 1.0, "gpsimd": 1.0}
+        if instruction == "tensor_tensor" and half and op in ("add", "sub", "subtract", "mul", "multiply"):
+            per["vector"] = 1.0
+        cost = {e: (60 + per[e] * width) / self._CLOCK[e] for e in per}
+        best = min(per, key=lambda e: (self.load[e] + cost[e], e != "vector"))
+        self.load[best] += cost[best]
+        return "" if best == "vector" else ", engine=nisa.engine.gpsimd"
 
     def broadcast_vector(self, dst: str, src: str, n: int, partitions: int) -> None:
         """dst[P, n] = src[n] on every partition: ones[1, P]^T @ src[1, n] on the Tensor Engine."""
@@ -202,40 +257,127 @@ class NkiEmitter:
 
     # -- compute ----------------------------------------------------------------------------
     def matmul(self, acc: str, lhsT: str, rhs: str, partitions: int, k: int, n: int, k_tiles: int,
-               lhs_col: str, rhs_col: str) -> None:
+               lhs_col: str, rhs_col: str, step=None) -> None:
+        """acc = lhsT^T @ rhs accumulated over k_tiles, by the synthesized `step` (one instruction whose
+        slot reading operand 0 transposed takes lhsT and whose other slot takes rhs)."""
+        name, stat, mov = "nc_matmul", "stationary", "moving"
+        if step is not None:
+            name = step.instruction
+            stat = next(s for s, a in step.args if a.kind == "operand" and a.transposed)
+            mov = next(s for s, a in step.args if a.kind == "operand" and not a.transposed)
         self.line(f"nisa.memset(dst={acc}, value=0.0)")
         with self.loop("i_kt", k_tiles):
-            self.line(f"nisa.nc_matmul(dst={acc}[0:{partitions}, 0:{n}], "
-                      f"stationary={lhsT}[0:{k}, {lhs_col}:{lhs_col} + {partitions}], "
-                      f"moving={rhs}[0:{k}, {rhs_col}:{rhs_col} + {n}])")
+            self.line(f"nisa.{name}(dst={acc}[0:{partitions}, 0:{n}], "
+                      f"{stat}={lhsT}[0:{k}, {lhs_col}:{lhs_col} + {partitions}], "
+                      f"{mov}={rhs}[0:{k}, {rhs_col}:{rhs_col} + {n}])")
 
-    def steps(self, lowering, operands: list, dst: str, partitions: int, width: int) -> None:
-        """Print a lowering's steps: operand i is operands[i] (a tile expression or a number)."""
-        results: list[str] = []
-        for si, step in enumerate(lowering.steps):
-            if step.instruction in ("nc_matmul", "nc_transpose"):
-                raise UnsupportedError(f"{step.instruction} inside an element-wise lowering")
-            final = lowering.output_step if isinstance(lowering.output_step, int) else lowering.output_step[0]
-            out = dst if si == final else None
-            if out is None:
-                reduces = step.instruction in ("tensor_reduce",) or any(h == "axis" for h, _ in step.holes)
-                out = self.view(self.alloc("tmp", partitions, 1 if reduces else width, "f32"),
-                                partitions, "0", 1 if reduces else width)
-            kwargs = [f"dst={out}"]
-            for slot, arg in step.args:
-                kwargs.append(f"{slot}={self._arg(slot, arg, operands, results, partitions, width)}")
-            for hole, value in step.holes:
-                if hole == "axis":
-                    value = 1  # the free axis of a [P, C] tile
-                if hole == "func":  # activation's function; None is the identity
-                    hole, value = "op", ("copy" if value is None else value)
-                if value is None:
+    # -- programs (synthesized instruction sequences) ------------------------------------------
+    # NKI call syntax per instruction, in the synthesizer's vocabulary: which keyword a slot, hole
+    # or extra output is spelled with, and fixed keywords. Syntax only: which instructions compute
+    # an operator comes from the synthesis stage.
+    _SLOT_KW = {("tensor_copy", "data"): "src"}
+    _HOLE_KW = {("activation", "func"): "op", ("activation_reduce", "func"): "op"}
+    _OUT_KW = {"reduce": "reduce_res"}
+    _FIXED_KW = {"tensor_reduce": ("axis=1",)}  # the free axis of a [P, C] tile
+
+    def program(self, prog, operands: list, dsts: dict, partitions: int, width_of, binding: dict) -> None:
+        """Print a synthesized `Program`: operand k is operands[k] (a tile expression or a number);
+        dsts[(step, output)] is where a needed value goes; other step outputs get f32 temporaries,
+        reused once dead (an element-wise instruction may write over the operand it reads last)."""
+        from axon.targets.trainium.isa import INSTRUCTIONS
+        from axon.synthesis.spec import Form
+
+        specs = {s.name: s for s in INSTRUCTIONS}
+        last: dict = {}
+        for i, st in enumerate(prog.steps):
+            for _, a in st.args:
+                if a.kind == "step":
+                    last[(a.index, a.output)] = i
+        vals: dict = {}
+        temps: dict = {}  # (step, output) -> (tile, width) for temporaries
+        free: list = []  # (width, tile) of dead temporaries
+        for i, st in enumerate(prog.steps):
+            spec = specs.get(st.instruction)
+            if spec is None or st.instruction in ("nc_matmul", "nc_transpose"):
+                raise UnsupportedError(f"{st.instruction} inside an element-wise program")
+            outs = [(j, name) for (j, name) in prog.widths if j == i]
+            width = max((width_of(prog.widths[o]) for o in outs), default=1)
+            kwargs, reads = [], []
+            for slot, arg in st.args:
+                sl = next((x for x in spec.slots if x.name == slot), None)
+                takes_tile = sl is not None and Form.IMMEDIATE not in sl.forms
+                v = self._program_arg(arg, operands, vals, binding)
+                if isinstance(v, (int, float)) and takes_tile:
+                    v = self.view(self._const_tile(float(v), partitions, width), partitions, "0", width)
+                elif isinstance(v, (int, float)):
+                    v = repr(float(v))
+                reads.append(v)
+                kwargs.append(f"{self._SLOT_KW.get((st.instruction, slot), slot)}={v}")
+            # temporaries that die at this step may take its main output (in place, element-wise);
+            # a second output (a reduction's column) only takes one dead before this step
+            dying = [k for k in temps if last.get(k, -1) == i and k[0] < i]
+            for key in [k for k in temps if last.get(k, -1) < i]:
+                free.append((temps[key][1], temps.pop(key)[0]))
+            for o in outs:
+                if o in dsts:
+                    vals[o] = dsts[o]
                     continue
-                kwargs.append(f"{hole}={self._hole(hole, value)}")
-            if step.instruction == "tensor_reduce" and not any(h == "axis" for h, _ in step.holes):
-                kwargs.append("axis=1")
-            self.line(f"nisa.{step.instruction}({', '.join(kwargs)})")
-            results.append(out)
+                w = width_of(prog.widths[o])
+                if o == outs[0]:
+                    for key in dying:
+                        free.append((temps[key][1], temps.pop(key)[0]))
+                    dying = []
+                reuse = next((k for k, (fw, _) in enumerate(free) if fw == w), None)
+                tile = free.pop(reuse)[1] if reuse is not None else \
+                    self.view(self.alloc("t", partitions, w, "f32"), partitions, "0", w)
+                temps[o] = (tile, w)
+                vals[o] = tile
+            main = vals[outs[0]] if outs else None
+            head = [f"dst={main}"]
+            for o in outs[1:]:
+                head.append(f"{self._OUT_KW.get(o[1], o[1])}={vals[o]}")
+            for hole, value in st.holes:
+                if hole == "engine":
+                    continue
+                kw = self._HOLE_KW.get((st.instruction, hole), hole)
+                if value is None:
+                    if hole == "func":
+                        kwargs.append(f"{kw}=nl.copy")
+                    continue
+                if value is False:
+                    continue
+                kwargs.append(f"{kw}={self._hole(kw if hole != 'func' else 'op', value)}")
+            kwargs.extend(self._FIXED_KW.get(st.instruction, ()))
+            if st.instruction in ("tensor_tensor", "tensor_scalar") and hasattr(self, "_engine"):
+                op = next((str(getattr(v, "value", v)) for h, v in st.holes if h in ("op", "op0")), "")
+                eng = self._engine(st.instruction, reads, main, width, op)
+                if eng:
+                    kwargs.append(eng[2:])
+            self.line(f"nisa.{st.instruction}({', '.join(head + kwargs)})")
+            for key in dying:
+                free.append((temps[key][1], temps.pop(key)[0]))
+            for o in outs:  # a value nothing reads is dead at once
+                if o in temps and o not in last:
+                    free.append((temps[o][1], temps.pop(o)[0]))
+
+    def _program_arg(self, arg, operands, vals, binding):
+        if arg.kind == "operand":
+            return operands[arg.index]
+        if arg.kind == "step":
+            return vals[(arg.index, arg.output)]
+        v = arg.value
+        return float(v.evaluate(binding)) if hasattr(v, "evaluate") else float(v)
+
+    def _const_tile(self, value: float, partitions: int, width: int) -> str:
+        """A tile filled with `value`, set once at the top of the kernel (it is loop-invariant)."""
+        key = (value, partitions, width)
+        if key not in self.consts:
+            name = self.fresh("const")
+            self.tile_dtype[name], self.tile_mem[name] = "f32", "sbuf"
+            self.pre.append(f"    {name} = nl.ndarray(({partitions}, {width}), dtype=nl.float32, buffer=nl.sbuf)")
+            self.pre.append(f"    nisa.memset(dst={name}, value={value!r})")
+            self.consts[key] = name
+        return self.consts[key]
 
     def _hole(self, hole: str, value) -> str:
         if hole.startswith("op") or hole in ("reduce_op",):
@@ -243,18 +385,3 @@ class NkiEmitter:
         if isinstance(value, (bool, int, float)):
             return repr(value)
         return repr(value) if not isinstance(value, str) else _nl(value)
-
-    def _arg(self, slot: str, arg, operands, results, partitions, width) -> str:
-        if arg.kind == "operand":
-            v = operands[arg.index]
-        elif arg.kind == "step":
-            v = results[arg.index]
-        else:
-            v = float(arg.value.evaluate(self.sizes)) if hasattr(arg.value, "evaluate") else float(arg.value)
-        if isinstance(v, (int, float)):
-            if slot in _TENSOR_SLOTS:
-                t = self.alloc("const", partitions, width, "f32")
-                self.line(f"nisa.memset(dst={t}, value={float(v)!r})")
-                return self.view(t, partitions, "0", width)
-            return repr(float(v))
-        return v

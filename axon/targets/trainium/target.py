@@ -1,4 +1,4 @@
-"""The Trainium target as the shared stages see it: limits, lowerings, emitter, runner.
+"""The Trainium target as the shared stages see it: limits, synthesizer, emitter, runner.
 
 Tiling, selection and `optimize` talk to a target only through this object's methods; a CPU
 target provides the same ones.
@@ -28,6 +28,8 @@ class TrainiumTarget:
         self.name = self.hw.name
         self.kernel_suffix = ".py"
         self.dma_transpose = self.name == "trn2"  # DMA transpose is a NeuronCore-v3 feature
+        # Vector and GpSimd take turns on SBUF on NeuronCore-v2, so spreading work over them pays on v3 only
+        self.engine_balance = self.name == "trn2"
 
     def limits(self) -> Limits:
         m, t = self.hw.memory, self.hw.tiles
@@ -42,27 +44,25 @@ class TrainiumTarget:
         return NkiEmitter(dtype)
 
     def synthesizer(self):
-        """The synthesis stage over this target's instruction specs, or None while it is absent."""
-        try:
-            from axon.synthesis import Synthesizer
-            from axon.targets.trainium import isa
-        except ImportError:
-            return None
+        """The synthesis stage over this target's instruction specs: the only source of lowerings
+        (without a verifier its lowerings are numerically checked and marked unproved)."""
+        from axon.synthesis import Synthesizer
+        from axon.targets.trainium import isa
+
         try:
             from axon.verification import Verifier
 
             verifier = Verifier()
-        except Exception:
-            verifier = None
-        try:
-            return Synthesizer(getattr(isa, f"{self.name.upper()}_ISA"), verifier)
-        except Exception:
-            return None
+        except ImportError:
+            verifier = False
+        from dataclasses import replace
 
-    def fallback_lowering(self, pattern):
-        from axon.targets.trainium.lowerings import fallback
+        from axon.targets.trainium.emitter import EMITTABLE
 
-        return fallback(pattern)
+        # only instructions this target's emitter (and the simulator behind it) can print
+        full = getattr(isa, f"{self.name.upper()}_ISA")
+        usable = replace(full, instructions=tuple(s for s in full.instructions if s.name in EMITTABLE))
+        return Synthesizer(usable, verifier)
 
     def can_emit(self, lowering) -> bool:
         from axon.targets.trainium.emitter import EMITTABLE

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
-lowerings: matmul (synthesis)
+lowerings: matmul (synthesis, proved)
 """
 import nki
 import nki.isa as nisa

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   relu, matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
-lowerings: matmul (synthesis), relu (synthesis)
+lowerings: matmul (synthesis, proved), relu (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -20,9 +20,11 @@ def relu_matmul(x, w):
     for i_rb in nl.affine_range(2):
         relu_T = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
+            i_c = 0
             x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:4096])
             relu1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+            # relu: 1 instruction(s), proved
             nisa.activation(dst=relu1[0:128, 0:4096], data=x_t[0:128, 0:4096], op=nl.relu)
             for i_q in nl.affine_range(8):
                 tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)

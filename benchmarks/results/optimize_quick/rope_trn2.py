@@ -4,8 +4,8 @@ sizes:    m=128, h=2048
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: add (synthesis), mul (synthesis), sub (synthesis)
+pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128, 4 column chunks per row tile
+lowerings: add (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -20,26 +20,24 @@ def rope(x, cos, sin):
     # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 1 per block, n_tile 512, n_block all)
     i_rb = 0
     i_r = 0
-    x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
-    cos_t = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=cos_t[0:128, 0:2048], src=cos[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:2048])
-    mul1 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=mul1[0:128, 0:2048], data1=x_t[0:128, 0:4096:2], data2=cos_t[0:128, 0:2048], op=nl.multiply)
-    sin_t = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=sin_t[0:128, 0:2048], src=sin[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:2048])
-    mul2 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=mul2[0:128, 0:2048], data1=x_t[0:128, 1:4096:2], data2=sin_t[0:128, 0:2048], op=nl.multiply)
-    nisa.tensor_tensor(dst=mul1[0:128, 0:2048], data1=mul1[0:128, 0:2048], data2=mul2[0:128, 0:2048], op=nl.subtract)
-    st = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=st[0:128, 0:2048], src=mul1[0:128, 0:2048])
-    nisa.dma_copy(dst=out0[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:2048], src=st[0:128, 0:2048])
-    mul3 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=mul3[0:128, 0:2048], data1=x_t[0:128, 1:4096:2], data2=cos_t[0:128, 0:2048], op=nl.multiply)
-    mul4 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=mul4[0:128, 0:2048], data1=x_t[0:128, 0:4096:2], data2=sin_t[0:128, 0:2048], op=nl.multiply)
-    nisa.tensor_tensor(dst=mul3[0:128, 0:2048], data1=mul3[0:128, 0:2048], data2=mul4[0:128, 0:2048], op=nl.add)
-    st1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=st1[0:128, 0:2048], src=mul3[0:128, 0:2048])
-    nisa.dma_copy(dst=out1[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:2048], src=st1[0:128, 0:2048])
+    for i_c in nl.affine_range(4):
+        x_t = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t[0:128, 0:1024], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 1024:i_c * 1024 + 1024])
+        cos_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=cos_t[0:128, 0:512], src=cos[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 512:i_c * 512 + 512])
+        sin_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sin_t[0:128, 0:512], src=sin[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 512:i_c * 512 + 512])
+        sub1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        add1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        # mul, mul, sub, mul, mul, add: 6 instruction(s), proved
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t[0:128, 0:512], data1=x_t[0:128, 0:1024:2], data2=cos_t[0:128, 0:512], op=nl.multiply, engine=nisa.engine.gpsimd)
+        t1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t1[0:128, 0:512], data1=x_t[0:128, 1:1024:2], data2=sin_t[0:128, 0:512], op=nl.multiply)
+        nisa.tensor_tensor(dst=sub1[0:128, 0:512], data1=t[0:128, 0:512], data2=t1[0:128, 0:512], op=nl.subtract, engine=nisa.engine.gpsimd)
+        nisa.tensor_tensor(dst=t[0:128, 0:512], data1=x_t[0:128, 1:1024:2], data2=cos_t[0:128, 0:512], op=nl.multiply)
+        nisa.tensor_tensor(dst=t1[0:128, 0:512], data1=x_t[0:128, 0:1024:2], data2=sin_t[0:128, 0:512], op=nl.multiply, engine=nisa.engine.gpsimd)
+        nisa.tensor_tensor(dst=add1[0:128, 0:512], data1=t[0:128, 0:512], data2=t1[0:128, 0:512], op=nl.add)
+        nisa.dma_copy(dst=out0[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 512:i_c * 512 + 512], src=sub1[0:128, 0:512])
+        nisa.dma_copy(dst=out1[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 512:i_c * 512 + 512], src=add1[0:128, 0:512])
     return out0, out1

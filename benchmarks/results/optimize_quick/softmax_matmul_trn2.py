@@ -5,7 +5,7 @@ rewrites: propagate matmul (operand 0) into div: degree 1 onto operand 0
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   max, sub, exp, matmul, sum, div; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
-lowerings: div (synthesis), exp (synthesis), matmul (synthesis), max (synthesis), sub (synthesis), sum (synthesis)
+lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -21,14 +21,14 @@ def softmax_matmul(x, w):
         sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
         exp_T = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
+            i_c = 0
             x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:4096])
-            max1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_reduce(dst=max1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.maximum, negate=False, axis=1)
-            sub1 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_scalar(dst=sub1[0:128, 0:4096], data=x_t[0:128, 0:4096], operand0=max1[0:128, 0:1], op0=nl.subtract, reverse0=False, reverse1=False)
             exp1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.activation(dst=exp1[0:128, 0:4096], data=sub1[0:128, 0:4096], op=nl.exp)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp1[0:128, 0:4096], reduce_res=sum_blk[0:128, i_r:i_r + 1], data=x_t[0:128, 0:4096], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
             for i_q in nl.affine_range(8):
                 tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp[0:128, 0:128], data=exp1[0:128, i_q * 512:i_q * 512 + 128])
@@ -36,7 +36,6 @@ def softmax_matmul(x, w):
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=exp1[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=exp1[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
                 nisa.tensor_copy(dst=exp_T[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp)
-            nisa.tensor_reduce(dst=sum_blk[0:128, i_r:i_r + 1], data=exp1[0:128, 0:4096], op=nl.add, negate=False, axis=1)
         for i_nb in nl.affine_range(8):
             w1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):
@@ -49,7 +48,8 @@ def softmax_matmul(x, w):
                 for i_kt in nl.affine_range(32):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=exp_T[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
                 div1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide, reverse0=False, reverse1=False)
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=div1[0:128, 0:512])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide)
+                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=div1[0:128, 0:512], engine=nisa.engine.gpsimd)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out

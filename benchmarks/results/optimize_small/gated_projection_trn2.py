@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, silu, matmul, mul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: matmul (synthesis), mul (synthesis), silu (synthesis)
+lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -45,10 +45,11 @@ def gated_projection(x, w1, w2):
     nisa.memset(dst=acc1, value=0.0)
     for i_kt in nl.affine_range(2):
         nisa.nc_matmul(dst=acc1[0:128, 0:512], stationary=lhsT[0:128, i_r * 256 + i_kt * 128:i_r * 256 + i_kt * 128 + 128], moving=w3[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-    silu1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=silu1[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
     mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=silu1[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply)
-    nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512])
+    # silu, mul: 2 instruction(s), proved
+    t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
+    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply)
+    nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
     nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out

@@ -5,7 +5,7 @@ rewrites: propagate transpose (operand 0) into matmul: degree 2 onto operands 0,
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul; row tile 128 x block 4, matmul n tile 128, n block whole width, k tile 128
-lowerings: matmul (synthesis)
+lowerings: matmul (synthesis, proved)
 """
 import nki
 import nki.isa as nisa

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   mul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: mul (synthesis)
+lowerings: mul (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -23,9 +23,8 @@ def mul(x, y):
     nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
     y_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=y_t[0:128, 0:512], src=y[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
-    mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    mul1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+    # mul: 1 instruction(s), proved
     nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=x_t[0:128, 0:512], data2=y_t[0:128, 0:512], op=nl.multiply)
-    st = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=st[0:128, 0:512], src=mul1[0:128, 0:512])
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=st[0:128, 0:512])
+    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=mul1[0:128, 0:512])
     return out

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   sum, div, matmul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: div (synthesis), matmul (synthesis), sum (synthesis)
+lowerings: div (synthesis, proved), matmul (synthesis, proved), sum (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -20,14 +20,16 @@ def reduce_div_matmul(x, y, w):
     i_rb = 0
     div_T = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     i_r = 0
-    y_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=y_t[0:128, 0:256], src=y[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
-    sum1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=sum1[0:128, 0:1], data=y_t[0:128, 0:256], op=nl.add, negate=False, axis=1)
+    i_c = 0
     x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
+    y_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+    nisa.dma_copy(dst=y_t[0:128, 0:256], src=y[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
     div1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=div1[0:128, 0:256], data=x_t[0:128, 0:256], operand0=sum1[0:128, 0:1], op0=nl.divide, reverse0=False, reverse1=False)
+    # sum, div: 2 instruction(s), proved
+    t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=t[0:128, 0:1], data=y_t[0:128, 0:256], op=nl.add, axis=1)
+    nisa.tensor_scalar(dst=div1[0:128, 0:256], data=x_t[0:128, 0:256], operand0=t[0:128, 0:1], op0=nl.divide, engine=nisa.engine.gpsimd)
     i_q = 0
     tp = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
     nisa.nc_transpose(dst=tp[0:128, 0:128], data=div1[0:128, i_q * 256:i_q * 256 + 128])

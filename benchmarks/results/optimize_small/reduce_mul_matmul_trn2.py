@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   sum, mul, matmul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: matmul (synthesis), mul (synthesis), sum (synthesis)
+lowerings: matmul (synthesis, proved), mul (synthesis, proved), sum (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -20,14 +20,16 @@ def reduce_mul_matmul(x, y, w):
     i_rb = 0
     mul_T = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     i_r = 0
-    y_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=y_t[0:128, 0:256], src=y[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
-    sum1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=sum1[0:128, 0:1], data=y_t[0:128, 0:256], op=nl.add, negate=False, axis=1)
+    i_c = 0
     x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
+    y_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+    nisa.dma_copy(dst=y_t[0:128, 0:256], src=y[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
     mul1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-    nisa.activation(dst=mul1[0:128, 0:256], data=x_t[0:128, 0:256], scale=sum1[0:128, 0:1], op=nl.copy)
+    # sum, mul: 2 instruction(s), proved
+    t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=t[0:128, 0:1], data=y_t[0:128, 0:256], op=nl.add, axis=1)
+    nisa.activation(dst=mul1[0:128, 0:256], data=x_t[0:128, 0:256], scale=t[0:128, 0:1], op=nl.copy)
     i_q = 0
     tp = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
     nisa.nc_transpose(dst=tp[0:128, 0:128], data=mul1[0:128, i_q * 256:i_q * 256 + 128])

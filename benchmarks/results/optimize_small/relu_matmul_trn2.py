@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   relu, matmul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: matmul (synthesis), relu (synthesis)
+lowerings: matmul (synthesis, proved), relu (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -20,9 +20,11 @@ def relu_matmul(x, w):
     i_rb = 0
     relu_T = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     i_r = 0
+    i_c = 0
     x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
     relu1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+    # relu: 1 instruction(s), proved
     nisa.activation(dst=relu1[0:128, 0:256], data=x_t[0:128, 0:256], op=nl.relu)
     i_q = 0
     tp = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)

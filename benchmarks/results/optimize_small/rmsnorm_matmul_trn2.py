@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   mul, sum, div, add, sqrt, div, matmul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: add (synthesis), div (synthesis), matmul (synthesis), mul (synthesis), sqrt (synthesis), sum (synthesis)
+lowerings: add (synthesis, proved), div (synthesis, proved), matmul (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sum (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -20,17 +20,17 @@ def rmsnorm_matmul(x, w):
     i_rb = 0
     div_T = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     i_r = 0
+    i_c = 0
     x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
-    mul1 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=mul1[0:128, 0:256], data1=x_t[0:128, 0:256], data2=x_t[0:128, 0:256], op=nl.multiply)
-    sum1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=sum1[0:128, 0:1], data=mul1[0:128, 0:256], op=nl.add, negate=False, axis=1)
-    nisa.tensor_scalar(dst=sum1[0:128, 0:1], data=sum1[0:128, 0:1], operand0=256.0, op0=nl.divide, reverse0=False, reverse1=False)
-    nisa.activation(dst=sum1[0:128, 0:1], data=sum1[0:128, 0:1], bias=1e-06, op=nl.copy)
-    nisa.activation(dst=sum1[0:128, 0:1], data=sum1[0:128, 0:1], op=nl.sqrt)
     div1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=div1[0:128, 0:256], data=x_t[0:128, 0:256], operand0=sum1[0:128, 0:1], op0=nl.divide, reverse0=False, reverse1=False)
+    # mul, sum, div, add, sqrt, div: 4 instruction(s), proved
+    t = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(dst=t[0:128, 0:256], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:256], op=nl.square, reduce_op=nl.add)
+    nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=256.0, op0=nl.divide, engine=nisa.engine.gpsimd)
+    nisa.activation(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], bias=1e-06, op=nl.sqrt)
+    nisa.tensor_scalar(dst=div1[0:128, 0:256], data=x_t[0:128, 0:256], operand0=t1[0:128, 0:1], op0=nl.divide, engine=nisa.engine.gpsimd)
     i_q = 0
     tp = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
     nisa.nc_transpose(dst=tp[0:128, 0:128], data=div1[0:128, i_q * 256:i_q * 256 + 128])

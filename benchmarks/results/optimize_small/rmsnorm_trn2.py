@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   mul, sum, div, add, sqrt, div, mul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: add (synthesis), div (synthesis), mul (synthesis), sqrt (synthesis), sum (synthesis)
+lowerings: add (synthesis, proved), div (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sum (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -31,17 +31,13 @@ def rmsnorm(x, g):
     i_r = 0
     x_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
-    mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=x_t[0:128, 0:512], data2=x_t[0:128, 0:512], op=nl.multiply)
-    sum1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=sum1[0:128, 0:1], data=mul1[0:128, 0:512], op=nl.add, negate=False, axis=1)
-    nisa.tensor_scalar(dst=sum1[0:128, 0:1], data=sum1[0:128, 0:1], operand0=512.0, op0=nl.divide, reverse0=False, reverse1=False)
-    nisa.activation(dst=sum1[0:128, 0:1], data=sum1[0:128, 0:1], bias=1e-06, op=nl.copy)
-    nisa.activation(dst=sum1[0:128, 0:1], data=sum1[0:128, 0:1], op=nl.sqrt)
-    div1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=x_t[0:128, 0:512], operand0=sum1[0:128, 0:1], op0=nl.divide, reverse0=False, reverse1=False)
-    nisa.tensor_tensor(dst=div1[0:128, 0:512], data1=div1[0:128, 0:512], data2=g_rows[0:128, 0:512], op=nl.multiply)
-    st = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=st[0:128, 0:512], src=div1[0:128, 0:512])
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=st[0:128, 0:512])
+    mul1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+    # mul, sum, div, add, sqrt, div, mul: 4 instruction(s), proved; fused tensor_scalar+tensor_tensor->scalar_tensor_tensor
+    t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(dst=t[0:128, 0:512], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:512], op=nl.square, reduce_op=nl.add)
+    nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=512.0, op0=nl.divide, engine=nisa.engine.gpsimd)
+    nisa.activation(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], bias=1e-06, op=nl.sqrt)
+    nisa.scalar_tensor_tensor(dst=mul1[0:128, 0:512], data=x_t[0:128, 0:512], operand0=t1[0:128, 0:1], operand1=g_rows[0:128, 0:512], op0=nl.divide, op1=nl.multiply)
+    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=mul1[0:128, 0:512])
     return out

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   silu; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: silu (synthesis)
+lowerings: silu (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -21,9 +21,8 @@ def silu(x):
     i_r = 0
     x_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
-    silu1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    silu1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+    # silu: 1 instruction(s), proved
     nisa.activation(dst=silu1[0:128, 0:512], data=x_t[0:128, 0:512], op=nl.silu)
-    st = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=st[0:128, 0:512], src=silu1[0:128, 0:512])
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=st[0:128, 0:512])
+    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=silu1[0:128, 0:512])
     return out

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   max, sub, exp, sum, div; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
-lowerings: div (synthesis), exp (synthesis), max (synthesis), sub (synthesis), sum (synthesis)
+lowerings: div (synthesis, proved), exp (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
 """
 import nki
 import nki.isa as nisa
@@ -21,15 +21,12 @@ def softmax(x):
     i_r = 0
     x_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
-    max1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=max1[0:128, 0:1], data=x_t[0:128, 0:512], op=nl.maximum, negate=False, axis=1)
-    sub1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=sub1[0:128, 0:512], data=x_t[0:128, 0:512], operand0=max1[0:128, 0:1], op0=nl.subtract, reverse0=False, reverse1=False)
-    nisa.activation(dst=sub1[0:128, 0:512], data=sub1[0:128, 0:512], op=nl.exp)
-    sum1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=sum1[0:128, 0:1], data=sub1[0:128, 0:512], op=nl.add, negate=False, axis=1)
-    nisa.tensor_scalar(dst=sub1[0:128, 0:512], data=sub1[0:128, 0:512], operand0=sum1[0:128, 0:1], op0=nl.divide, reverse0=False, reverse1=False)
-    st = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=st[0:128, 0:512], src=sub1[0:128, 0:512])
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=st[0:128, 0:512])
+    div1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+    # max, sub, exp, sum, div: 3 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+    t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=t[0:128, 0:1], data=x_t[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
+    t1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(dst=t1[0:128, 0:512], reduce_res=t[0:128, 0:1], data=x_t[0:128, 0:512], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=t1[0:128, 0:512], operand0=t[0:128, 0:1], op0=nl.divide, engine=nisa.engine.gpsimd)
+    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=div1[0:128, 0:512])
     return out
