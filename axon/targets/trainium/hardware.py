@@ -109,6 +109,10 @@ COSTS: dict[str, CostFormula] = {
     "reciprocal": CostFormula(mult=8.0, floor=MIN_II),
     "iota": CostFormula(add=150),  # GpSimd: 150 + N [isa]
     "affine_select": CostFormula(add=150),
+    # bn_aggr: max(MIN_II, 13 * N / 3), N = input elements per partition [isa bn_aggr docstring]
+    "bn_aggr": CostFormula(mult=13.0 / 3.0, floor=MIN_II),
+    # bn_stats: no cost figure in the docstrings; assumed a one-pass streaming Vector instruction
+    "bn_stats": CostFormula(floor=MIN_II, source="assumed: streaming max(MIN_II, N), no [isa] figure"),
 }
 # Unknown opcodes: the common streaming cost max(MIN_II, N) (the cost of copy/tensor_scalar).
 DEFAULT_COST = CostFormula(floor=MIN_II, source="default: streaming max(MIN_II, N)")
@@ -319,3 +323,4 @@ def get_target(name: str) -> HardwareDescription:
         from axon.errors import InputError
 
         raise InputError(f"unknown Trainium target {name!r}; expected one of {', '.join(TARGETS)}") from None
+

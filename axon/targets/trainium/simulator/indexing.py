@@ -116,25 +116,27 @@ class IndexExpr:
 
 
 class Predicate:
-    """A boolean mask built from comparisons of index expressions; combine with & | ~."""
+    """A boolean mask built from comparisons of index expressions; combine with & | ~.
+    `combined`: built with & or | (nisa.affine_select takes only a single comparison)."""
 
-    __slots__ = ("arr",)
+    __slots__ = ("arr", "combined")
 
-    def __init__(self, arr):
+    def __init__(self, arr, combined=False):
         self.arr = np.asarray(arr, dtype=bool)
+        self.combined = combined
 
     def __and__(self, o):
-        return Predicate(self.arr & _pred(o))
+        return Predicate(self.arr & _pred(o), True)
 
     __rand__ = __and__
 
     def __or__(self, o):
-        return Predicate(self.arr | _pred(o))
+        return Predicate(self.arr | _pred(o), True)
 
     __ror__ = __or__
 
     def __invert__(self):
-        return Predicate(~self.arr)
+        return Predicate(~self.arr, self.combined)
 
     def __bool__(self):
         raise KernelError("a mask predicate has no single truth value (use & and |, not and/or)")
@@ -154,7 +156,17 @@ def mask_array(mask, shape):
     try:
         return np.broadcast_to(arr, shape)
     except ValueError:
-        raise KernelError(f"mask of shape {arr.shape} does not fit the tile shape {tuple(shape)}") from None
+        pass
+    # Trailing size-1 axes a slice added after the index-expression axes (a [128, 512, 1] mgrid
+    # view of a [128, F, 1] tile is [128, 512, 1, 1]) take no part in the mask.
+    core = tuple(shape)
+    while core and core[-1] == 1:
+        core = core[:-1]
+        try:
+            return np.broadcast_to(arr, core).reshape(shape)
+        except ValueError:
+            continue
+    raise KernelError(f"mask of shape {arr.shape} does not fit the tile shape {tuple(shape)}")
 
 
 def arange(*args):

@@ -17,10 +17,10 @@ import numbers
 import numpy as np
 
 from axon.errors import KernelError
-from axon.targets.trainium.trace import Memory
+from axon.targets.trainium.trace import Engine, Memory
 
-from . import dtypes, isa, ops
-from .indexing import IndexExpr, Predicate
+from . import dtypes, isa, operands, ops
+from .indexing import IndexExpr, mask_array
 from .memory import Tile, alloc
 
 SBUF, PSUM, HBM = Memory.SBUF, Memory.PSUM, Memory.HBM
@@ -131,10 +131,10 @@ def load(ctx, src, mask=None, dtype=None, **_):
     if src.buf.memory is not HBM:
         raise KernelError(f"nl.load reads HBM; the source is in {src.buf.memory.value.upper()}")
     shape = src.shape if len(src.shape) > 1 else src.shape + (1,)
-    dst, _ = isa._dst(ctx, None, shape, src.dtype, SBUF, "load")
+    dst, _ = operands.dst_tile(ctx, None, shape, src.dtype, SBUF, "load")
     ins = isa.dma(ctx, dst, src, api="nl.load", mask=mask)
     dst.producer = ins
-    dst.wmask = None if mask is None else isa.mask_array(mask, dst.shape)
+    dst.wmask = None if mask is None else mask_array(mask, dst.shape)
     if dtype is not None and dtypes.to_dtype(dtype) != src.dtype:
         return isa.tensor_copy(ctx, None, dst, dtype=dtype)
     return dst
@@ -159,7 +159,7 @@ def _is_scalar(x):
 
 
 def _is_column(t: Tile, P: int):
-    return t.shape[0] == P and isa._free(t.shape) == 1
+    return t.shape[0] == P and operands.free_size(t.shape) == 1
 
 
 def unary(ctx, op: ops.Op, x, dtype=None, mask=None, **_):
@@ -185,7 +185,7 @@ def binary(ctx, op: ops.Op, x, y, dtype=None, mask=None, dst=None, **_):
             raise KernelError(f"nl.{op.name}: unsupported operand {type(x).__name__}")
         return isa.tensor_scalar(ctx, dst, y, op, x, reverse0=True, dtype=dtype, mask=mask)
     P = x.shape[0]
-    same = y.shape[0] == P and isa._free(x.shape) == isa._free(y.shape)
+    same = y.shape[0] == P and operands.free_size(x.shape) == operands.free_size(y.shape)
     if same:
         if dtype is None and dst is None and x.dtype != y.dtype:
             dtype = _promote(x.dtype, y.dtype)
@@ -194,9 +194,9 @@ def binary(ctx, op: ops.Op, x, y, dtype=None, mask=None, dst=None, **_):
         return isa.tensor_scalar(ctx, dst, x, op, y, dtype=dtype, mask=mask)
     if x.shape[0] == y.shape[0] and _is_column(x, P):
         return isa.tensor_scalar(ctx, dst, y, op, x, reverse0=True, dtype=dtype, mask=mask)
-    if y.shape[0] == 1 and isa._free(y.shape) == isa._free(x.shape):
+    if y.shape[0] == 1 and operands.free_size(y.shape) == operands.free_size(x.shape):
         return binary(ctx, op, x, broadcast_to(ctx, y, x.shape), dtype, mask, dst)
-    if x.shape[0] == 1 and isa._free(y.shape) == isa._free(x.shape):
+    if x.shape[0] == 1 and operands.free_size(y.shape) == operands.free_size(x.shape):
         return binary(ctx, op, broadcast_to(ctx, x, y.shape), y, dtype, mask, dst)
     raise KernelError(f"nl.{op.name}: operand shapes {x.shape} and {y.shape} do not broadcast")
 
@@ -212,18 +212,23 @@ def broadcast_to(ctx, x, shape, **_):
     shape = tuple(shape)
     if x.shape == shape:
         return x
-    out = isa._dst(ctx, None, shape, x.dtype, SBUF, "broadcast")[0]
+    out = operands.dst_tile(ctx, None, shape, x.dtype, SBUF, "broadcast")[0]
     if x.shape[0] not in (1, shape[0]):
         raise KernelError(f"cannot broadcast a tile of shape {x.shape} to {shape}")
-    isa._check_init(x, "tensor_copy", "src")
-    ins = ctx.emit("tensor_copy", isa.Engine.GPSIMD if x.shape[0] == 1 else isa.Engine.VECTOR,
-                   shape[0], isa._free(shape), x.dtype, (x.region(),), (out.region(),),
-                   {"broadcast": True, **isa._src_extra(x)})
-    vals = None if ctx.timing_only else np.broadcast_to(x.values().reshape(
-        (x.shape[0],) + tuple(x.shape[1:]) if len(x.shape) == len(shape) else x.shape[:1] + (1,) * (len(shape) - 1)), shape)
+    operands.check_init(x, "tensor_copy", "src")
+    ins = ctx.emit("tensor_copy", Engine.GPSIMD if x.shape[0] == 1 else Engine.VECTOR,
+                   shape[0], operands.free_size(shape), x.dtype, (x.region(),), (out.region(),),
+                   {"broadcast": True, **operands.src_extra(x)})
+    # the source's free elements laid out as the target's ([1, F, 1] -> [1, F]), or one per partition
+    if len(x.shape) == len(shape):
+        src_shape = tuple(x.shape)
+    elif operands.free_size(x.shape) == operands.free_size(shape):
+        src_shape = (x.shape[0],) + shape[1:]
+    else:
+        src_shape = x.shape[:1] + (1,) * (len(shape) - 1)
+    vals = None if ctx.timing_only else np.broadcast_to(x.values().reshape(src_shape), shape)
     ini = x.initialised()
-    out.write(vals, None if ini is None else np.broadcast_to(ini.reshape(
-        x.shape if len(x.shape) == len(shape) else x.shape[:1] + (1,) * (len(shape) - 1)), shape), None)
+    out.write(vals, None if ini is None else np.broadcast_to(ini.reshape(src_shape), shape), None)
     out.producer = ins
     return out
 
@@ -235,7 +240,7 @@ def reduce(ctx, op: ops.Op, x, axis, dtype=None, keepdims=False, mask=None, mean
         raise KernelError(f"nl reduction expects a tile, got {type(x).__name__}")
     r = isa.tensor_reduce(ctx, None, op, x, axis, keepdims=keepdims, dtype=dtype, mask=mask)
     if mean:
-        axes = isa._norm_axes(axis, len(x.shape), "tensor_reduce")
+        axes = operands.norm_axes(axis, len(x.shape), "tensor_reduce")
         n = math.prod(x.shape[a] for a in axes)
         r = isa.tensor_scalar(ctx, r, r, ops.OPS["multiply"], 1.0 / n)
     return r
@@ -306,13 +311,13 @@ def _can_retarget(value: Tile, dst: Tile) -> bool:
     ins = value.producer
     if ins is None or value.buf.read_since_write or value.arr is not value.buf.data:
         return False
-    if value.shape[0] != dst.shape[0] or isa._free(value.shape) != isa._free(dst.shape) or dst.has_oob():
+    if value.shape[0] != dst.shape[0] or operands.free_size(value.shape) != operands.free_size(dst.shape) or dst.has_oob():
         return False
     if ins.opcode in ("dma_copy", "dma_transpose"):
         return value.dtype == dst.dtype
     if dst.buf.memory is HBM:
         return False
-    if ins.opcode == "nc_matmul" or (ins.opcode == "nc_transpose" and ins.engine is isa.Engine.TENSOR):
+    if ins.opcode == "nc_matmul" or (ins.opcode == "nc_transpose" and ins.engine is Engine.TENSOR):
         return dst.buf.memory is PSUM
     return True
 
@@ -320,8 +325,8 @@ def _can_retarget(value: Tile, dst: Tile) -> bool:
 def _retarget(ctx, value: Tile, dst: Tile, accumulate=False):
     ins = value.producer
     old = value.region()
-    if ins.engine is not isa.Engine.DMA:
-        isa._check_layout(ctx, dst, ins.opcode, "dst")
+    if ins.engine is not Engine.DMA:
+        operands.check_layout(ctx, dst, ins.opcode, "dst")
     new = dst.region()
     if ins.opcode == "nc_matmul":
         bank = ctx.hw.memory.psum_bank_bytes
@@ -332,17 +337,17 @@ def _retarget(ctx, value: Tile, dst: Tile, accumulate=False):
     ini = value.initialised()
     ini = None if ini is None else ini.reshape(dst.shape)
     if accumulate:
-        isa._check_init(dst, ins.opcode, "the accumulator")
+        operands.check_init(dst, ins.opcode, "the accumulator")
         di = dst.initialised()
         if vals is not None:
             vals = dst.values().astype(np.float32) + vals
-        ini = isa._and(ini, di)
+        ini = operands.and_init(ini, di)
         ins.reads = ins.reads + (new,)
         ins.extra["accumulate"] = True
     wmask = None if value.wmask is None else value.wmask.reshape(dst.shape)
     dst.write(vals, ini, wmask)
     ins.writes = tuple(new if w == old else w for w in ins.writes)
-    isa._note_output(ins, dst)
+    operands.note_output(ins, dst)
     buf = value.buf
     ctx.release(buf)
     ctx.pending = [r for r in ctx.pending if r() is not buf]

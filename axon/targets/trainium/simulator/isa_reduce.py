@@ -1,0 +1,221 @@
+"""nki.isa reductions and scans: tensor_reduce (free axes), tensor_partition_reduce (across
+partitions, GpSimd), tensor_tensor_scan and tensor_scalar_cumulative (running results along the
+free axis, the latter through the Vector Engine's accumulator registers), and the batch-norm
+statistics pair bn_stats / bn_aggr (per-partition mean and variance).
+
+Invariant: a reduced or scanned element counts as initialised only when every input element it
+depends on was (a scan carries an uninitialised element forward).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from axon.errors import KernelError
+from axon.targets.trainium.trace import Engine
+
+from . import ops
+from .operands import (F32, PSUM, SBUF, and_init, apply_op, as_tile, bcast_shape, check_layout,
+                       dst_tile, dtype_of, elementwise_operand, finish, free_size, mask_of, norm_axes,
+                       onchip, pcol, read, registers, src_extra)
+
+
+def tensor_reduce(ctx, dst, op, data, axis, negate=False, keepdims=False, mask=None, dtype=None,
+                  name=None, **_):
+    opc = "tensor_reduce"
+    fn = ops.lookup(op, 2)
+    if fn.reduce_fn is None:
+        raise KernelError(f"nisa.tensor_reduce: {fn.name} is not a reduction operator")
+    src = onchip(ctx, data, "data", opc)
+    check_layout(ctx, src, opc, "data")
+    axes = norm_axes(axis, len(src.shape), opc)
+    shape = tuple(1 if (i in axes) else s for i, s in enumerate(src.shape)) if keepdims else \
+        tuple(s for i, s in enumerate(src.shape) if i not in axes)
+    v, ini = read(ctx, src, opc, "data")
+    out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, src.dtype), SBUF, opc, mask)
+    check_layout(ctx, out, opc, "dst")
+    ins = ctx.emit(opc, Engine.VECTOR, src.shape[0], free_size(src.shape), src.dtype, (src.region(),),
+                   (out.region(),), {**src_extra(src), "op": fn.name})
+    vals = None
+    if v is not None:
+        if fn.bitvec:
+            vals = fn.reduce_fn(v.astype(np.int32), axis=axes)
+        else:
+            vals = fn.reduce_fn(v, axis=axes, dtype=F32) if fn.name in ("add", "multiply") else fn.reduce_fn(v, axis=axes)
+            if negate:
+                vals = -vals
+    init = None if ini is None else ini.all(axis=axes)
+    return finish(ctx, out, fresh, None if vals is None else np.asarray(vals).reshape(out.shape),
+                   None if init is None else init.reshape(out.shape), mask, ins)
+
+
+def tensor_partition_reduce(ctx, dst, op, data, mask=None, dtype=None, name=None, **_):
+    opc = "tensor_partition_reduce"
+    mean = getattr(op, "op", op) is not None and getattr(op, "name", "") in ("mean", "average")
+    fn = ops.lookup(op, 2)
+    src = onchip(ctx, data, "data", opc)
+    check_layout(ctx, src, opc, "data")
+    shape = (1,) + tuple(src.shape[1:])
+    v, ini = read(ctx, src, opc, "data")
+    out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, src.dtype), SBUF, opc, mask)
+    ins = ctx.emit(opc, Engine.GPSIMD, src.shape[0], free_size(src.shape), src.dtype, (src.region(),),
+                   (out.region(),), {**src_extra(src), "op": fn.name})
+    vals = None
+    if v is not None:
+        vals = (fn.reduce_fn(v.astype(np.int32), axis=0) if fn.bitvec else fn.reduce_fn(v, axis=0))
+        vals = np.asarray(vals, dtype=np.float32 if not fn.bitvec else np.int32).reshape(shape)
+        if mean:
+            vals = vals / F32(src.shape[0])
+    return finish(ctx, out, fresh, vals, None if ini is None else ini.all(axis=0).reshape(shape), mask, ins)
+
+
+def tensor_tensor_scan(ctx, dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
+                       mask=None, dtype=None, name=None, **_):
+    opc = "tensor_tensor_scan"
+    f0, f1 = ops.lookup(op0, 2), ops.lookup(op1, 2)
+    a = onchip(ctx, data0, "data0", opc)
+    shape, P = a.shape, a.shape[0]
+    a, av, ai = elementwise_operand(ctx, a, shape, opc, "data0")
+    b, bv, bi = elementwise_operand(ctx, data1, shape, opc, "data1")
+    if a.buf.memory is PSUM and b.buf.memory is PSUM:
+        raise KernelError("nisa.tensor_tensor_scan: data0 and data1 cannot both be in PSUM")
+    iv, ii, it = pcol(ctx, initial, P, opc, "initial")
+    out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, a.dtype), SBUF, opc, mask)
+    check_layout(ctx, out, opc, "dst")
+    reads = [a.region(), b.region()] + ([it.region()] if it is not None else [])
+    ins = ctx.emit(opc, Engine.VECTOR, P, free_size(shape), a.dtype, reads, (out.region(),),
+                   {**src_extra(a, b), "op0": f0.name, "op1": f1.name})
+    vals = None
+    if av is not None:
+        x0, x1 = av.reshape(P, -1), bv.reshape(P, -1)
+        res = np.empty_like(x0)
+        prev = np.broadcast_to(np.asarray(iv, F32).reshape(-1), (P,)) if np.ndim(iv) else np.full(P, iv, F32)
+        for i in range(x0.shape[1]):
+            t = apply_op(f0, x0[:, i], prev, reverse0)
+            prev = apply_op(f1, t, x1[:, i], reverse1).astype(F32)
+            res[:, i] = prev
+        vals = res.reshape(shape)
+    init = and_init(ai, bi)
+    if init is not None:  # a scan carries an uninitialised element forward
+        init = np.logical_and.accumulate(init.reshape(P, -1), axis=1).reshape(shape)
+    if ii is not None:
+        init = and_init(init, np.broadcast_to(ii.reshape(P, *([1] * (len(shape) - 1))), shape))
+    return finish(ctx, out, fresh, vals, init, mask, ins)
+
+
+_CUMULATIVE_RESET = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}
+
+
+def tensor_scalar_cumulative(ctx, dst, src, op0, op1, imm0, imm1=None, reduce_cmd="reset_reduce",
+                             reverse0=False, mask=None, dtype=None, name=None, **_):
+    opc = "tensor_scalar_cumulative"
+    f0, f1 = ops.lookup(op0, 2), ops.lookup(op1, 2)
+    if f1.name not in _CUMULATIVE_RESET:
+        raise KernelError(f"nisa.{opc}: op1 must be add, subtract, multiply, max or min, got {f1.name}")
+    s = onchip(ctx, src, "src", opc)
+    shape, P = s.shape, s.shape[0]
+    check_layout(ctx, s, opc, "src")
+    v, ini = read(ctx, s, opc, "src")
+    o0, i0, t0 = pcol(ctx, imm0, P, opc, "imm0")
+    out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, s.dtype), SBUF, opc, mask)
+    check_layout(ctx, out, opc, "dst")
+    reads = [s.region()] + ([t0.region()] if t0 is not None else [])
+    ins = ctx.emit(opc, Engine.VECTOR, P, free_size(shape), s.dtype, reads, (out.region(),),
+                   {**src_extra(s), "op0": f0.name, "op1": f1.name})
+    regs = registers(ctx, "vector_regs")
+    cmd = getattr(reduce_cmd, "value", reduce_cmd)
+    if cmd == "reset_reduce":
+        regs[:P] = _CUMULATIVE_RESET[f1.name]
+    elif cmd == "load_reduce":
+        iv, _, _ = pcol(ctx, imm1, P, opc, "imm1")
+        regs[:P] = np.broadcast_to(np.asarray(iv, F32).reshape(-1), (P,))
+    vals = None
+    if v is not None:
+        x = apply_op(f0, v.reshape(P, -1), o0 if np.ndim(o0) == 0 else o0.reshape(P, 1), reverse0)
+        res = np.empty_like(x, dtype=F32)
+        reg = regs[:P].copy()
+        for i in range(x.shape[1]):
+            reg = ops.apply_binary(f1, x[:, i], reg).astype(F32)
+            res[:, i] = reg
+        regs[:P] = reg
+        vals = res.reshape(shape)
+    init = and_init(ini, bcast_shape(i0, shape))
+    if init is not None:
+        init = np.logical_and.accumulate(init.reshape(P, -1), axis=1).reshape(shape)
+    return finish(ctx, out, fresh, vals, init, mask, ins)
+
+
+# ----- batch-norm statistics (Vector Engine) -------------------------------------------------
+# bn_stats writes, per partition, two (count, mean, variance * count) groups: one over the even
+# and one over the odd elements of its input; bn_aggr merges any number of such groups into a
+# mean and a (population) variance [isa bn_stats, bn_aggr]. Both compute in float32.
+
+def bn_stats(ctx, dst, data, mask=None, dtype=None, name=None, **_):
+    """Elements masked off do not count; "even" and "odd" follow the order in which the active
+    elements stream through the engine (for a prefix mask, their free index parity)."""
+    opc = "bn_stats"
+    src = as_tile(data, "data", opc)
+    m = mask_of(mask, src.shape)
+    onchip(ctx, src, "data", opc, mask=m)
+    check_layout(ctx, src, opc, "data")
+    P, F = src.shape[0], free_size(src.shape)
+    fmax = ctx.hw.tiles.bn_stats_free_max
+    if F > fmax:
+        raise KernelError(f"nisa.bn_stats: data has {F} elements per partition, more than "
+                          f"bn_stats_fmax = {fmax}; split it and merge the stats with bn_aggr")
+    v, ini = read(ctx, src, opc, "data", m)
+    active = np.ones((P, F), bool) if m is None else m.reshape(P, F)
+    rows = active.any(axis=1)  # a partition with no active element is not written
+    wmask = None if m is None else np.broadcast_to(rows[:, None], (P, 6))
+    out, fresh = dst_tile(ctx, dst, (P, 6), dtype_of(dst, dtype, src.dtype), SBUF, opc, wmask)
+    if wmask is not None:
+        wmask = np.broadcast_to(rows.reshape((P,) + (1,) * (len(out.shape) - 1)), out.shape)
+    check_layout(ctx, out, opc, "dst")
+    ins = ctx.emit(opc, Engine.VECTOR, P, F, src.dtype, (src.region(),), (out.region(),), src_extra(src))
+    vals = None
+    if v is not None:
+        rank = np.cumsum(active, axis=1) - 1
+        x = v.reshape(P, F)
+        groups = []
+        for parity in (0, 1):
+            sel = active & (rank % 2 == parity)
+            n = sel.sum(axis=1).astype(F32)
+            mean = np.divide(np.where(sel, x, 0).sum(axis=1, dtype=F32), n,
+                             out=np.zeros(P, F32), where=n > 0)
+            m2 = np.where(sel, x - mean[:, None], 0)
+            groups += [n, mean, (m2 * m2).sum(axis=1, dtype=F32)]
+        vals = np.stack(groups, axis=1).astype(F32)
+    init = None
+    if ini is not None:
+        ok = (ini.reshape(P, F) | ~active).all(axis=1, keepdims=True)
+        init = np.broadcast_to(ok, (P, 6))
+    return finish(ctx, out, fresh, vals, init, wmask, ins)
+
+
+def bn_aggr(ctx, dst, data, mask=None, dtype=None, name=None, **_):
+    """A partition whose groups all have count 0 gets mean 0 and variance 0 (undocumented)."""
+    opc = "bn_aggr"
+    src = onchip(ctx, data, "data", opc)
+    check_layout(ctx, src, opc, "data")
+    P, F = src.shape[0], free_size(src.shape)
+    if F % 3:
+        raise KernelError(f"nisa.bn_aggr: data must hold (count, mean, variance*count) groups, a "
+                          f"multiple of 3 elements per partition; got {F}")
+    v, ini = read(ctx, src, opc, "data")
+    out, fresh = dst_tile(ctx, dst, (P, 2), dtype_of(dst, dtype, src.dtype), SBUF, opc, mask)
+    check_layout(ctx, out, opc, "dst")
+    ins = ctx.emit(opc, Engine.VECTOR, P, F, src.dtype, (src.region(),), (out.region(),), src_extra(src))
+    vals = None
+    if v is not None:
+        g = v.reshape(P, F // 3, 3)
+        n, mean, m2 = g[..., 0], g[..., 1], g[..., 2]
+        has = n > 0
+        total = np.where(has, n, 0).sum(axis=1, dtype=F32)
+        some = total > 0
+        mu = np.divide(np.where(has, n * mean, 0).sum(axis=1, dtype=F32), total,
+                       out=np.zeros(P, F32), where=some)
+        d = np.where(has, mean - mu[:, None], 0)
+        M2 = np.where(has, m2 + n * d * d, 0).sum(axis=1, dtype=F32)
+        var = np.divide(M2, total, out=np.zeros(P, F32), where=some)
+        vals = np.stack([mu, var], axis=1).astype(F32)
+    init = None if ini is None else np.broadcast_to(ini.reshape(P, F).all(axis=1, keepdims=True), (P, 2))
+    return finish(ctx, out, fresh, vals, init, mask, ins)
