@@ -220,3 +220,64 @@ def phases(world: RowWorld, group: Group) -> list[Phase]:
         phase.nodes = phase.matmuls + phase.epilogue
         out.append(phase)
     return out
+
+
+# --- column chunks of a row phase ------------------------------------------------------------
+# A row too wide for on-chip memory is walked in column chunks. Element-wise operators and scans
+# work chunk by chunk (a scan carries its running value into the next chunk); a reduction over the
+# row accumulates one partial per chunk into a column, which is complete only when the walk ends,
+# so whatever reads it walks the row again (a later *sweep*, recomputing the wide values it needs
+# from the inputs instead of keeping whole rows).
+@dataclass(frozen=True)
+class Sweep:
+    wide: tuple  # wide operators computed per chunk (topological; recomputed if an earlier sweep had them)
+    reduce: tuple  # reductions accumulated across this sweep's chunks
+    scans: tuple  # scans carried from chunk to chunk (a subset of `wide`)
+    after: tuple  # column operators computable once this sweep ends
+
+
+def combine_op(node: Node) -> Op:
+    """The element-wise operator merging two partial results of a reduction or scan (sum -> add)."""
+    return Op[OP_SPECS[node.op].scalar.name]
+
+
+def combine_identity(node: Node) -> float:
+    """The value a reduction's accumulator starts from (0 for sum, -inf for max)."""
+    from axon.semantics.scalar import SCALAR_SPECS
+
+    return SCALAR_SPECS[OP_SPECS[node.op].scalar].fold_identity
+
+
+def is_wide(node: Node) -> bool:
+    return node.shape[-1] != ONE
+
+
+def chunk_plan(nodes, needed) -> tuple[tuple, list[Sweep]]:
+    """(column operators computable before any sweep, the sweeps) for a row phase's `nodes`
+    (topological) walked in column chunks; wide nodes of `needed` are made in their first sweep."""
+    members = set(nodes)
+    ready: dict[Node, int] = {}
+    for n in nodes:
+        r = max((ready.get(i, 0) for i in n.inputs), default=0)
+        ready[n] = r + 1 if OP_SPECS[n.op].kind is OpKind.REDUCE else r
+    kind = lambda n: OP_SPECS[n.op].kind
+    reductions = [n for n in nodes if kind(n) is OpKind.REDUCE]
+    wide = [n for n in nodes if is_wide(n)]
+    count = max([ready[n] + 1 for n in wide if n in needed] + [ready[r] for r in reductions], default=0)
+    columns = [n for n in nodes if not is_wide(n) and kind(n) is not OpKind.REDUCE]
+    before = tuple(c for c in columns if ready[c] == 0)
+    sweeps = []
+    for s in range(count):
+        red = [r for r in reductions if ready[r] == s + 1]
+        targets = {r.inputs[0] for r in red if r.inputs[0] in members} | {n for n in wide if n in needed and ready[n] == s}
+        todo, closure = list(targets), set()
+        while todo:
+            n = todo.pop()
+            if n in closure or n not in members or not is_wide(n):
+                continue
+            closure.add(n)
+            todo.extend(n.inputs)
+        ws = tuple(n for n in nodes if n in closure)
+        sweeps.append(Sweep(ws, tuple(red), tuple(n for n in ws if kind(n) is OpKind.SCAN),
+                            tuple(c for c in columns if ready[c] == s + 1)))
+    return before, sweeps

@@ -46,6 +46,7 @@ class Candidate:
         tiles = "; ".join(f"pass {i + 1}: rows {p.tiling.row_tile}x{p.tiling.row_block}, n {p.tiling.n_tile}"
                           f"/{p.tiling.n_block or 'all'}" + (f", {p.tiling.col_split} column chunks"
                                                              if p.tiling.col_split > 1 else "")
+                          + (f", column chunks of {p.tiling.col_chunk}" if p.tiling.col_chunk else "")
                           for i, p in enumerate(self.passes))
         return f"variant {self.variant}, {self.fusion}, stationary via {self.options.stationary}, {tiles}"
 
@@ -76,7 +77,8 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
         t = p.tiling
         lines.append(f"pass {i + 1}:   {', '.join(n.op.value for n in p.group.nodes)}; row tile {t.row_tile} x block "
                      f"{t.row_block}, matmul n tile {t.n_tile}, n block {t.n_block or 'whole width'}, k tile {t.k_tile}"
-                     + (f", {t.col_split} column chunks per row tile" if t.col_split > 1 else ""))
+                     + (f", {t.col_split} column chunks per row tile" if t.col_split > 1 else "")
+                     + (f", rows walked in column chunks of {t.col_chunk}" if t.col_chunk else ""))
     if lowering_sources:
         lines.append("lowerings: " + ", ".join(f"{op} ({src})" for op, src in sorted(lowering_sources.items())))
     return lines
@@ -241,11 +243,31 @@ def static_cost(world: RowWorld, cand: Candidate, sizes, dtype: str) -> float:
                     if src not in loaded:
                         loaded.add(src)
                         c = concrete(src.shape[-1], sizes)
-                        total += batch * R * c * item / eff(c * item)
+                        run, walks = _chunked(world, p, src, sizes)
+                        total += walks * batch * R * c * item / eff(run * item)
         for n in p.group.nodes:
             users_elsewhere = n in world.graph.outputs or any(
                 n in m.inputs for q in cand.passes[pi + 1:] for m in q.group.nodes)
             if users_elsewhere:
                 c = concrete(n.shape[-1], sizes)
-                total += batch * R * c * item / eff(min(c, t.n_block_for(c) or c) * item)
+                run = _chunked(world, p, n, sizes)[0] if t.col_chunk else min(c, t.n_block_for(c) or c)
+                total += batch * R * c * item / eff(run * item)
     return total + 2000.0 * len(cand.passes)
+
+
+def _chunked(world: RowWorld, p: Pass, x, sizes) -> tuple[int, int]:
+    """(columns of x per transfer, how many times the pass walks x) when its rows go in column
+    chunks (fusion.nodes.chunk_plan: every sweep reading x loads it again); else (its width, 1)."""
+    from axon.fusion.nodes import chunk_plan, phases, view_source
+    from axon.tiling.space import chunk_dim, concrete
+
+    c = concrete(x.shape[-1], sizes)
+    if not p.tiling.col_chunk:
+        return c, 1
+    d = chunk_dim(world, p.group)
+    run = concrete(x.shape[-1], {**sizes, d: min(p.tiling.col_chunk, sizes[d])})
+    (ph,) = phases(world, p.group)
+    _, sweeps = chunk_plan(ph.nodes, set(ph.nodes))
+    src = lambda y: view_source(y) if world.roles.get(y) == "view" else y
+    walks = sum(1 for sw in sweeps if any(src(y) == x for n in sw.wide + sw.reduce for y in n.inputs))
+    return run, max(walks, 1)

@@ -191,7 +191,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     # cheap first rank (estimated traffic), then the performance model on the most promising
     cands.sort(key=lambda c: c.static_cost)
     shortlist = cands[:MODEL_SHORTLIST]
-    if not any(c.key == baseline.key for c in shortlist):
+    if not base_misfit and not any(c.key == baseline.key for c in shortlist):
         shortlist.append(baseline)
     say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation)")
     ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say)

@@ -8,7 +8,11 @@ instruction `Step`s of its lowering. Loop structure per pass:
     for batch...:                 (leading dimensions, e.g. kv heads and groups)
       for rb in row blocks:       (row_block row tiles of row_tile rows)
         row phase:    for r in row tiles: load, compute the row operators on [P, C] tiles,
-                      keep what later phases need (block buffers, transposed stationaries)
+                      keep what later phases need (block buffers, transposed stationaries);
+                      with column chunks (tiling.col_chunk), per sweep of fusion.nodes.chunk_plan:
+                        for c in chunks (and the shorter last one): load, compute, store; fold
+                        reductions into accumulator columns, carry scans into the next chunk
+                        then the column operators the sweep completed
         matmul phase: for nb in weight blocks: load weight blocks (shared by the block's rows)
                         for r, for nt: accumulate over K, apply the epilogue on the chunk,
                         pack and store / keep
@@ -24,11 +28,12 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from axon.errors import UnsupportedError
-from axon.fusion.nodes import Group, RowWorld, phases, view_source
-from axon.ir import Node
+from axon.fusion.nodes import (ONE, Group, RowWorld, chunk_plan, combine_identity, combine_op, is_wide, phases,
+                               view_source)
+from axon.ir import Node, input_node, make_node
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import Op
-from axon.tiling.space import Tiling, concrete
+from axon.tiling.space import Tiling, chunk_dim, concrete
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,8 @@ class KernelBuilder:
         P, BM = t.row_tile, t.row_block
         R = self.c(w.row)
         em.comment(f"pass {pi + 1}: " + ", ".join(n.op.value for n in p.group.nodes)
-                   + f"  (rows {P} x {BM} per block, n_tile {t.n_tile}, n_block {t.n_block or 'all'})")
+                   + f"  (rows {P} x {BM} per block, n_tile {t.n_tile}, n_block {t.n_block or 'all'}"
+                   + (f", column chunks of {t.col_chunk})" if t.col_chunk else ")"))
         # which values later phases need, and how
         phase_of = {n: i for i, ph in enumerate(phs) for n in ph.nodes}
         stationary = {mm.inputs[0] for ph in phs for mm in ph.matmuls}
@@ -173,7 +179,8 @@ class KernelBuilder:
         for j, size in enumerate(w.batch):
             ctx.append(em.loop(f"i_b{j}", self.c(size)))
             ctx[-1].__enter__()
-        with em.loop("i_rb", R // (P * BM)):
+        # a pass's tiles die with it: a one-block pass of several is still a (one-iteration) loop
+        with em.loop("i_rb", R // (P * BM), scoped=len(self.passes) > 1):
             rows0 = ("i_rb", P * BM)
             block: dict[Node, str] = {}
             trans: dict[Node, tuple[str, int, str]] = {}  # node -> (tile, k_tiles, layout)
@@ -206,9 +213,11 @@ class KernelBuilder:
         return out
 
     # -- operands ---------------------------------------------------------------------------
-    def operand(self, x: Node, here: dict, block, members, r: str, P: int, rows: str, chunk=None, split: int = 1):
+    def operand(self, x: Node, here: dict, block, members, r: str, P: int, rows: str, chunk=None, split: int = 1,
+                chunk_of=None):
         """Tile expression (or a number) for operand x of an operator in the current row tile
-        (its columns `chunk` = (start, width); `split`: the row phase's column chunks)."""
+        (its columns `chunk` = (start, width); `split`: the row phase's column chunks; `chunk_of`:
+        node -> its (start, width) when the row is walked in column chunks)."""
         w, em = self.w, self.em
         role = w.roles.get(x)
         if x in here:
@@ -235,8 +244,11 @@ class KernelBuilder:
             (_, _, _), (start, _, step) = x.params.slices[-2:]
             src = view_source(x)
             W = self.cols(src) // split  # a chunk of the slice reads the same chunk of its source
-            whole = self.operand(src, here, block, members, r, P, rows,
-                                 chunk=(f"i_c * {W}", W) if split > 1 else None)
+            src_chunk = (f"i_c * {W}", W) if split > 1 else None
+            if chunk_of is not None:
+                src_chunk = chunk_of(src)
+                W = src_chunk[1]
+            whole = self.operand(src, here, block, members, r, P, rows, chunk=src_chunk)
             tile = whole.split("[", 1)[0]
             here[x] = f"{tile}[0:{P}, {start}:{W}:{step}]"
             return here[x]
@@ -251,18 +263,21 @@ class KernelBuilder:
         src = view_source(x) if self.w.roles.get(x) == "view" else x
         return self.hbm.get(src, "v")
 
-    def run_program(self, nodes, needed, operand, dst_for, P: int, chunk=None, memories=None, split: int = 1):
+    def run_program(self, nodes, needed, operand, dst_for, P: int, chunk=None, memories=None, split: int = 1,
+                    chunk_dims=None):
         """Emit the synthesized program of `nodes` (one straight-line instruction sequence, fused
         where proved cheaper); `operand(x)` gives an operand's tile, `dst_for(n)` a needed node's
-        destination; `split`: every width is cut in this many column chunks (element-wise passes).
+        destination; `split`: every width is cut in this many column chunks (element-wise passes);
+        `chunk_dims` = (d, c): widths are those with the symbol d bound to c (a column chunk).
         Returns node -> tile for the needed nodes."""
         prog = self.lowerer.program(nodes, needed, memories)
         ops = [operand(x) for x in prog.operands]
         binding = prog.binding(self.sizes)
+        wbinding = prog.binding({**self.sizes, chunk_dims[0]: chunk_dims[1]}) if chunk_dims else binding
         full, part = chunk if chunk else (None, None)
 
         def width_of(size) -> int:
-            w = concrete(size, binding)
+            w = concrete(size, wbinding)
             if split > 1:
                 return w // split if w > 1 else w
             return part if full is not None and w == full else w
@@ -289,6 +304,8 @@ class KernelBuilder:
 
     # -- row phase --------------------------------------------------------------------------
     def row_phase(self, ph, t: Tiling, rows0, block, trans, members, stationary, consumers, owner, pi):
+        if t.col_chunk:
+            return self.row_phase_chunked(ph, t, rows0, members, consumers, owner, pi)
         em = self.em
         P, BM, CS = t.row_tile, t.row_block, t.col_split
         # an element-wise pass may walk each row tile in CS column chunks (tiling's col_split), so
@@ -325,6 +342,120 @@ class KernelBuilder:
                     em.transpose_into(tile, dst, P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
                 for oname, transposed in self._needs_store(n, consumers, owner, pi):
                     self.store(n, dst, oname, transposed, rows, P, c0, C)
+
+    # -- row phase in column chunks ---------------------------------------------------------------
+    def row_phase_chunked(self, ph, t: Tiling, rows0, members, consumers, owner, pi):
+        """The row phase of a one-phase pass, each row tile walked in chunks of `t.col_chunk` columns
+        of the symbol d (the last chunk shorter when they do not divide), sweep by sweep."""
+        em = self.em
+        P, BM, CW = t.row_tile, t.row_block, t.col_chunk
+        d = chunk_dim(self.w, _group_of(ph))
+        D = self.sizes[d]
+        count, tail = D // CW, D % CW
+        needed = {n for n in ph.nodes if self._needs_store(n, consumers, owner, pi)}
+        before, sweeps = chunk_plan(ph.nodes, needed)
+        with em.loop("i_r", BM):
+            rows = _ex(rows0, ("i_r", P))
+            cols: dict[Node, str] = {}  # finished column values -> [P, 1] tiles
+            stored: set = set()
+            self._columns(before, cols, members, rows, P, consumers, owner, pi)
+            for sw in sweeps:
+                acc = {r: self._column_tile("acc", combine_identity(r), P) for r in sw.reduce}
+                carry = {s: self._column_tile("carry", 0.0, P) for s in sw.scans}
+                home = [n for n in sw.wide if n in needed and n not in stored]
+                stored.update(home)
+                sequential = bool(sw.reduce or sw.scans)  # the chunks depend on each other
+                if count:
+                    with em.loop("i_c", count, sequential=sequential):
+                        self._chunk(sw, d, ("i_c", CW), CW, cols, acc, carry, home, members, rows, P, consumers, owner, pi)
+                if tail:
+                    with em.loop("i_t", 1, sequential=sequential, scoped=True):  # its own scope: its tiles die with it
+                        self._chunk(sw, d, count * CW, tail, cols, acc, carry, home, members, rows, P, consumers,
+                                    owner, pi)
+                for r, tile in acc.items():
+                    cols[r] = tile
+                    self._store_column(r, tile, rows, P, consumers, owner, pi)
+                self._columns(sw.after, cols, members, rows, P, consumers, owner, pi)
+
+    def _column_tile(self, prefix: str, value: float, P: int) -> str:
+        tile = self.em.view(self.em.alloc(prefix, P, 1, "f32"), P, "0", 1)
+        self.em.fill(tile, value)
+        return tile
+
+    def _store_column(self, n: Node, tile: str, rows: str, P: int, consumers, owner, pi):
+        for oname, transposed in self._needs_store(n, consumers, owner, pi):
+            self.store(n, tile, oname, transposed, rows, P, "0", 1)
+
+    def _columns(self, nodes, cols, members, rows, P, consumers, owner, pi):
+        """Column operators whose operands are complete, once per row tile."""
+        if not nodes:
+            return
+        em = self.em
+        made = self.run_program(nodes, nodes, lambda x: self.operand(x, cols, {}, members, "i_r", P, rows),
+                                lambda n: em.view(em.alloc(self._nm(n), P, 1, "f32"), P, "0", 1), P)
+        for n in nodes:
+            cols[n] = made[n]
+            self._store_column(n, made[n], rows, P, consumers, owner, pi)
+
+    def _chunk(self, sw, d: str, c0, width: int, cols, acc, carry, home, members, rows, P, consumers, owner, pi):
+        """One column chunk of a sweep: c0 is ("i_c", step) in the chunk loop or a number (the last
+        chunk). Scans read their carry (cumsum(x) + carry is what the chunk stores), reductions
+        fold their chunk's partial into the accumulator (acc = combine(acc, reduce(x)))."""
+        em = self.em
+        csizes = {**self.sizes, d: width}
+        unit = {**self.sizes, d: 1}
+
+        def chunk_of(x):
+            k = concrete(x.shape[-1], unit)  # x is k*d columns wide
+            start = _ex((c0[0], k * c0[1])) if isinstance(c0, tuple) else str(k * c0)
+            return start, concrete(x.shape[-1], csizes)
+
+        here = dict(cols)
+        sub: dict[Node, Node] = {}
+        nodes: list[Node] = []
+        dst: dict[Node, str] = {}
+        for n in sw.wide:
+            m = n if not any(i in sub for i in n.inputs) else make_node(n.op, [sub.get(i, i) for i in n.inputs], n.params)
+            nodes.append(m)
+            if n in carry:
+                cin = input_node(f"carry{len(here)}", n.shape[:-1] + (ONE,))
+                here[cin] = carry[n]
+                m = make_node(Op.ADD, [m, cin])
+                nodes.append(m)
+            if m is not n:
+                sub[n] = m
+        combined = {}
+        for r in sw.reduce:
+            m = make_node(r.op, [sub.get(r.inputs[0], r.inputs[0])], r.params)
+            ain = input_node(f"acc{len(here)}", r.shape)
+            here[ain] = acc[r]
+            comb = make_node(combine_op(r), [ain, m])
+            nodes += [m, comb]
+            dst[comb] = acc[r]
+            combined[r] = comb
+        want = [sub.get(n, n) for n in home] + [sub[s] for s in carry] + list(combined.values())
+        readers = {x for m in nodes for x in m.inputs}
+        carried = {sub[s] for s in carry}
+
+        def dst_for(m):
+            if m in dst:
+                return dst[m]
+            w = concrete(m.shape[-1], csizes)
+            kind = "kernel" if m not in readers and m not in carried else "f32"
+            return em.view(em.alloc(self._nm(m), P, w, kind), P, "0", w)
+
+        made = self.run_program(nodes, want, lambda x: self.operand(x, here, {}, members, "i_r", P, rows,
+                                                                    chunk=chunk_of(x) if is_wide(x) else None,
+                                                                    chunk_of=chunk_of),
+                                dst_for, P, chunk_dims=(d, width))
+        for s, tile in carry.items():  # the chunk's last running value starts the next chunk (first:
+            y = made[sub[s]].split("[", 1)[0]  # the next chunk waits on it, not on this one's store)
+            w = concrete(s.shape[-1], csizes)
+            em.copy(tile, em.view(y, P, str(w - 1), 1))
+        for n in home:
+            start, w = chunk_of(n)
+            for oname, transposed in self._needs_store(n, consumers, owner, pi):
+                self.store(n, made[sub.get(n, n)], oname, transposed, rows, P, start, w)
 
     def store(self, n: Node, tile: str, oname: str, transposed: bool, rows: str, P: int, c0: str, width: int):
         em = self.em
@@ -447,3 +578,7 @@ class KernelBuilder:
         name = self.hbm[src]
         idx = self._batch_prefix(src) + [f"{r0}:{r0} + {nr}", f"{c0}:{c0} + {nc}"]
         return f"{name}[{', '.join(idx)}]"
+
+
+def _group_of(phase) -> Group:
+    return Group(tuple(phase.nodes))

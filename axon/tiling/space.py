@@ -8,6 +8,10 @@ Every pass (a `fusion.nodes.Group`) is tiled along its dimensions:
   width N      = count_n * block_n * tile_n   per matmul: tile_n <= one accumulator bank,
                                               block_n columns of weights resident at once
   contraction K = count_k * tile_k            tile_k <= the contraction limit; all K resident
+  columns d    = count_c * col_chunk + tail     a pass that is one row phase may walk each row
+                                              tile in column chunks of the last axis' symbol d
+                                              (see fusion.nodes.chunk_plan): reductions
+                                              accumulate per chunk, scans carry across chunks
 
 The parameters are symbolic until `enumerate_tilings` binds them at concrete sizes; each binding
 is checked against `Limits` (partition count, instruction free-size limits, accumulator banks)
@@ -24,7 +28,7 @@ from typing import Iterable, Mapping
 
 from axon.fusion.nodes import Group, Phase, RowWorld, phases
 from axon.ir import Node
-from axon.semantics.ops import Op
+from axon.semantics.ops import OP_SPECS, Op, OpKind
 from axon.semantics.sizes import Size
 
 
@@ -50,10 +54,13 @@ class Tiling:
     n_block: int  # output columns per weight block (a multiple of n_tile); 0: whole width
     k_tile: int
     col_split: int = 1  # element-wise passes: each row tile in this many column chunks (pipelined)
+    col_chunk: int = 0  # row passes: columns (of the last axis' symbol) per chunk, the last chunk
+    # may be shorter; 0: whole rows
 
     def describe(self) -> dict:
         return {"row_tile": self.row_tile, "row_block": self.row_block, "n_tile": self.n_tile,
-                "n_block": self.n_block, "k_tile": self.k_tile, "col_split": self.col_split}
+                "n_block": self.n_block, "k_tile": self.k_tile, "col_split": self.col_split,
+                "col_chunk": self.col_chunk}
 
     def n_block_for(self, n: int) -> int:
         return n if self.n_block == 0 or self.n_block > n else self.n_block
@@ -66,6 +73,7 @@ DEFAULT_ROW_BLOCKS = (1, 2, 4, 8)
 DEFAULT_N_BLOCKS = (1, 2, 4, 8, 0)  # multiples of the n tile; 0: the whole width
 DEFAULT_COL_SPLITS = (1, 2, 4, 8)  # column chunks per row tile in element-wise passes
 MIN_CHUNK_BYTES = 512  # a chunk's contiguous bytes per partition: shorter DMAs are overhead-bound
+DEFAULT_COL_CHUNKS = (1024, 2048, 4096, 8192, 16384)  # columns per chunk when rows are walked in chunks
 
 
 def col_splits(world: RowWorld, group: Group, sizes: Mapping[str, int], splits: Iterable[int] = DEFAULT_COL_SPLITS,
@@ -95,6 +103,43 @@ def col_splits(world: RowWorld, group: Group, sizes: Mapping[str, int], splits: 
     return [s for s in splits if all(w % s == 0 and (s == 1 or (w // s) * dsize >= MIN_CHUNK_BYTES) for w in widths)]
 
 
+def chunk_dim(world: RowWorld, group: Group) -> str:
+    """The symbol d whose columns a pass may walk in chunks, or '' if it cannot be chunked: the pass
+    is one row phase, every wide value (computed or read) is k*d columns wide, reductions keep their
+    column, strided views start inside their step, and no output is stored transposed."""
+    from axon.fusion.nodes import is_wide
+
+    phs = phases(world, group)
+    if len(phs) != 1 or phs[0].kind != "row":
+        return ""
+    members = set(group.nodes)
+    if any(o.op is Op.TRANSPOSE and o.inputs[0] in members for o in world.graph.outputs):
+        return ""
+    values = list(group.nodes)
+    for n in group.nodes:
+        if OP_SPECS[n.op].kind is OpKind.REDUCE and is_wide(n):
+            return ""
+        for x in n.inputs:
+            role = world.roles.get(x)
+            if role == "view":
+                if x.op is not Op.SLICE or not (0 <= x.params.slices[-1][0] < x.params.slices[-1][2]):
+                    return ""
+                values += [x, x.inputs[0]]
+            elif role in ("row", "vector"):
+                values.append(x)
+            elif role != "const" and x not in members:
+                return ""
+    syms = set()
+    for v in values:
+        w = v.shape[-1]
+        if w == Size.of(1):
+            continue
+        if len(w.terms) != 1 or len(w.terms[0][0]) != 1 or w.terms[0][1].denominator != 1:
+            return ""
+        syms.add(w.terms[0][0][0])
+    return syms.pop() if len(syms) == 1 else ""
+
+
 def concrete(size: Size, sizes: Mapping[str, int]) -> int:
     return size.evaluate_int(sizes)
 
@@ -118,7 +163,8 @@ def _divisor_at_most(n: int, bound: int) -> int:
 
 def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], limits: Limits,
                       row_blocks: Iterable[int] = DEFAULT_ROW_BLOCKS,
-                      n_blocks: Iterable[int] = DEFAULT_N_BLOCKS) -> tuple[list[Tiling], list[tuple[Tiling, str]]]:
+                      n_blocks: Iterable[int] = DEFAULT_N_BLOCKS,
+                      col_chunks: Iterable[int] = DEFAULT_COL_CHUNKS) -> tuple[list[Tiling], list[tuple[Tiling, str]]]:
     """All bindings of the pass's parameters: (those that fit, [(rejected, why)])."""
     dims = group_dims(world, group, sizes)
     R = dims["R"]
@@ -145,7 +191,24 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
                     seen.add(t)
                     why = check(world, group, t, sizes, limits)
                     (rejected.append((t, why)) if why else fits.append(t))
+    # column chunks: where whole rows do not fit, and for scans (one walk, so chunks cost no
+    # extra traffic and let loads, the scan and stores of consecutive chunks overlap)
+    d = chunk_dim(world, group) if not dims["N"] else ""
+    if d and (not fits or _has_scan(group)):
+        for rb in row_blocks:
+            if (R // row_tile) % rb:
+                continue
+            for cc in col_chunks:
+                if cc >= sizes[d]:
+                    continue
+                t = Tiling(row_tile, rb, n_tiles[0], 0, k_tile, 1, cc)
+                why = check(world, group, t, sizes, limits)
+                (rejected.append((t, why)) if why else fits.append(t))
     return fits, rejected
+
+
+def _has_scan(group: Group) -> bool:
+    return any(OP_SPECS[n.op].kind is OpKind.SCAN for n in group.nodes)
 
 
 def default_tiling(world: RowWorld, group: Group, sizes: Mapping[str, int], limits: Limits) -> Tiling:
@@ -155,7 +218,14 @@ def default_tiling(world: RowWorld, group: Group, sizes: Mapping[str, int], limi
     row_tile = _divisor_at_most(R, min(limits.partitions, limits.stationary_free_max))
     k_tile = min([_divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
     nt = min([_divisor_at_most(n, limits.moving_free_max) for n in dims["N"]] or [limits.moving_free_max])
-    return Tiling(row_tile, 1, nt, nt, k_tile)
+    t = Tiling(row_tile, 1, nt, nt, k_tile)
+    if not dims["N"] and check(world, group, t, sizes, limits) and chunk_dim(world, group):
+        # whole rows do not fit: the widest column chunk that does (the direct lowering must run)
+        for cc in sorted(DEFAULT_COL_CHUNKS, reverse=True):
+            chunked = Tiling(row_tile, 1, nt, nt, k_tile, 1, cc)
+            if not check(world, group, chunked, sizes, limits):
+                return chunked
+    return t
 
 
 # --- constraints ---------------------------------------------------------------------------
@@ -170,16 +240,54 @@ def check(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int], li
         return f"matmul tile width {t.n_tile} does not fit one {limits.accum_bank_bytes}-byte accumulator bank"
     used = footprint(world, group, t, sizes, dsize)
     if used > limits.onchip_bytes:
-        return (f"on-chip footprint {used} B per partition exceeds {limits.onchip_bytes} B "
-                f"(row_block={t.row_block}, n_block={t.n_block or 'all'})")
+        return _misfit(world, group, t, sizes, used, limits, dsize)
+    wid = _width_fn(world, group, t, sizes)
     for ph in phases(world, group):
         if ph.kind == "matmul" and 2 * len(ph.matmuls) + 2 > limits.accum_banks:
             return f"{len(ph.matmuls)} accumulation groups in flight need more than {limits.accum_banks} banks"
         for n in ph.nodes if ph.kind == "row" else ():
-            c = concrete(n.shape[-1], sizes)
+            c = wid(n)
             if c > limits.free_max:
                 return f"{n.op.value} processes {c} elements per partition, more than {limits.free_max}"
     return ""
+
+
+def _misfit(world: RowWorld, group: Group, t: Tiling, sizes, used: int, limits: Limits, dsize: int) -> str:
+    """Why a tiling does not fit on chip, naming the pass's widest operator and its row."""
+    kib = lambda b: f"{b / 1024:.1f} KiB"
+    widest = max(group.nodes, key=lambda n: concrete(n.shape[-1], sizes))
+    if any(n.op is Op.MATMUL for n in group.nodes):
+        what, how = "matmul", f"row_block={t.row_block}, n_block={t.n_block or 'all'}"
+    else:
+        what = widest.op.value
+        how = (f"a row of {concrete(widest.shape[-1], sizes)} {dsize}-byte elements"
+               + (f" in chunks of {t.col_chunk} columns" if t.col_chunk else
+                  f" in {t.col_split} column chunks" if t.col_split > 1 else "")
+               + f", row_block={t.row_block}")
+    return f"{what}: on-chip footprint {kib(used)} per partition ({how}) exceeds the {kib(limits.onchip_bytes)} on chip"
+
+
+def _width_fn(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int]):
+    """node -> the columns of its tile in a row phase: a column chunk's, a column split's, or the row's."""
+    if t.col_chunk:
+        d = chunk_dim(world, group)
+        csizes = {**sizes, d: min(t.col_chunk, sizes[d])}
+        return lambda x: concrete(x.shape[-1], csizes)
+    if t.col_split > 1:
+        return lambda x: (lambda w: w // t.col_split if w > 1 else w)(concrete(x.shape[-1], sizes))
+    return lambda x: concrete(x.shape[-1], sizes)
+
+
+def _row_live(world: RowWorld, nodes, members, kept, wid, dsize: int) -> int:
+    """Bytes per partition of one row phase's tiles (double-buffered): loaded operands in the
+    kernel's dtype, computed values in f32 unless written over an operand in place."""
+    from axon.tiling.build import inplace_plan  # the emitter's in-place reuse, counted alike
+
+    inside = set(nodes)
+    inputs = {x for n in nodes for x in n.inputs if x not in members and world.roles.get(x) in ("row", "view")}
+    reuse = inplace_plan(nodes, kept & inside, set(), set(world.graph.outputs), set(), wid)
+    own = [n for n in nodes if n not in reuse and n not in kept]
+    return 2 * (sum(wid(x) * dsize for x in inputs) + sum(wid(n) * 4 for n in own))
 
 
 def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int], dsize: int = 2) -> int:
@@ -195,7 +303,8 @@ def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int]
                     continue  # a stationary operand is kept only transposed (counted below), as the builder does
                 later_use[x] = max(later_use.get(x, -1), i)
     total = 0
-    vectors = {x for n in group.nodes for x in n.inputs if world.roles.get(x) == "vector"}
+    # vectors are broadcast once per kernel, for every pass: all of them are live in each
+    vectors = {x for n in world.compute_nodes() for x in n.inputs if world.roles.get(x) == "vector"}
     total += sum(concrete(v.shape[-1], sizes) * F32 for v in vectors)
     peak = 0
     for i, ph in enumerate(phs):
@@ -203,13 +312,22 @@ def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int]
         if ph.kind == "row":
             from axon.tiling.build import inplace_plan  # the emitter's in-place reuse, counted alike
 
-            inputs = {x for n in ph.nodes for x in n.inputs if x not in members and world.roles.get(x) in ("row", "view")}
+            wid = _width_fn(world, group, t, sizes)
             kept = {n for n in ph.nodes if later_use.get(n, -1) > i}
-            reuse = inplace_plan(ph.nodes, kept, set(), set(world.graph.outputs), set(),
-                                 lambda x: concrete(x.shape[-1], sizes))
-            own = [n for n in ph.nodes if n not in reuse and n not in kept]
-            live += 2 * (sum(concrete(x.shape[-1], sizes) * dsize for x in inputs)
-                         + sum(concrete(n.shape[-1], sizes) * F32 for n in own))
+            sets = [ph.nodes]
+            scans = [n for n in ph.nodes if OP_SPECS[n.op].kind is OpKind.SCAN]
+            if t.col_chunk:  # one sweep's chunk tiles at a time, plus accumulator and carry columns
+                from axon.fusion.nodes import chunk_plan
+
+                needed = {n for n in ph.nodes if n in world.graph.outputs
+                          or any(n in m.inputs for m in world.graph.nodes() if m not in members)}
+                _, sweeps = chunk_plan(ph.nodes, needed)
+                sets = [[n for n in ph.nodes if n in set(sw.wide) | set(sw.reduce)] for sw in sweeps]
+                live += 2 * F32 * sum(len(sw.reduce) + len(sw.scans) for sw in sweeps)
+                live += 2 * sum(wid(n) * dsize for n in scans)  # a carried scan is cast for its store
+            live += max(_row_live(world, nodes, members, kept, wid, dsize) for nodes in sets)
+            # a scan's identity operand may be a constant tile, set once per chunk width
+            live += F32 * max((wid(n) for n in scans), default=0) * (2 if t.col_chunk else 1)
         else:
             K = concrete(ph.matmuls[0].inputs[0].shape[-1], sizes)
             N = concrete(ph.matmuls[0].shape[-1], sizes)

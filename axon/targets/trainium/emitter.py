@@ -79,12 +79,14 @@ class NkiEmitter:
         self.line(f"# {text}")
 
     @contextmanager
-    def loop(self, var: str, count: int):
-        if count == 1:
+    def loop(self, var: str, count: int, sequential: bool = False, scoped: bool = False):
+        """`sequential`: iterations depend on each other (a carried value): nl.sequential_range;
+        `scoped`: a loop even for one iteration, so the tiles allocated in it die with it."""
+        if count == 1 and not scoped:
             self.line(f"{var} = 0")
             yield
             return
-        self.line(f"for {var} in nl.affine_range({count}):")
+        self.line(f"for {var} in nl.{'sequential_range' if sequential else 'affine_range'}({count}):")
         self.depth += 1
         try:
             yield
@@ -131,6 +133,11 @@ class NkiEmitter:
         return self.tile_dtype.get(self._base(tile)) == "f32" and self.dtype != "float32"
 
     # -- data movement ----------------------------------------------------------------------
+    def fill(self, dst: str, value: float) -> None:
+        """dst = value everywhere (an accumulator's identity)."""
+        text = repr(float(value)) if abs(value) != float("inf") else f"float('{value}')"
+        self.line(f"nisa.memset(dst={dst}, value={text})")
+
     def dma(self, dst: str, src: str) -> None:
         self.line(f"nisa.dma_copy(dst={dst}, src={src})")
 
@@ -200,12 +207,15 @@ class NkiEmitter:
         self.line(f"{dst} = nl.ndarray(({partitions}, {n}), dtype=nl.float32, buffer=nl.sbuf)")
         self.tile_dtype[dst] = "f32"
         w = min(512, n)
-        with self.loop("i_c", n // w):
-            acc = self.fresh("bc")
-            self.line(f"{acc} = nl.ndarray(({partitions}, {w}), dtype=nl.float32, buffer=nl.psum)")
-            self.line(f"nisa.memset(dst={acc}, value=0.0)")
-            self.line(f"nisa.nc_matmul(dst={acc}, stationary={one}, moving={row}[0:1, i_c * {w}:i_c * {w} + {w}])")
-            self.line(f"nisa.tensor_copy(dst={dst}[0:{partitions}, i_c * {w}:i_c * {w} + {w}], src={acc})")
+        for count, width, c0 in ((n // w, w, f"i_c * {w}"), (1 if n % w else 0, n % w, str(n - n % w))):
+            if not count:
+                continue  # a last, narrower piece when one bank's 512 columns do not divide n
+            with self.loop("i_c", count):
+                acc = self.fresh("bc")
+                self.line(f"{acc} = nl.ndarray(({partitions}, {width}), dtype=nl.float32, buffer=nl.psum)")
+                self.line(f"nisa.memset(dst={acc}, value=0.0)")
+                self.line(f"nisa.nc_matmul(dst={acc}, stationary={one}, moving={row}[0:1, {c0}:{c0} + {width}])")
+                self.line(f"nisa.tensor_copy(dst={dst}[0:{partitions}, {c0}:{c0} + {width}], src={acc})")
 
     def transpose_into(self, dst_tile: str, src: str, partitions: int, k: int, count: int, layout: str,
                        base: str, stride: int | None = None) -> None:
