@@ -47,6 +47,7 @@ class Candidate:
                           f"/{p.tiling.n_block or 'all'}" + (f", {p.tiling.col_split} column chunks"
                                                              if p.tiling.col_split > 1 else "")
                           + (f", column chunks of {p.tiling.col_chunk}" if p.tiling.col_chunk else "")
+                          + (f", weights streamed in K pieces of <= {p.tiling.k_block}" if p.tiling.k_block else "")
                           for i, p in enumerate(self.passes))
         return f"variant {self.variant}, {self.fusion}, stationary via {self.options.stationary}, {tiles}"
 
@@ -78,7 +79,8 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
         lines.append(f"pass {i + 1}:   {', '.join(n.op.value for n in p.group.nodes)}; row tile {t.row_tile} x block "
                      f"{t.row_block}, matmul n tile {t.n_tile}, n block {t.n_block or 'whole width'}, k tile {t.k_tile}"
                      + (f", {t.col_split} column chunks per row tile" if t.col_split > 1 else "")
-                     + (f", rows walked in column chunks of {t.col_chunk}" if t.col_chunk else ""))
+                     + (f", rows walked in column chunks of {t.col_chunk}" if t.col_chunk else "")
+                     + (f", weights streamed along K in pieces of <= {t.k_block} rows" if t.k_block else ""))
     if lowering_sources:
         lines.append("lowerings: " + ", ".join(f"{op} ({src})" for op, src in sorted(lowering_sources.items())))
     return lines

@@ -514,63 +514,115 @@ class KernelBuilder:
                     src = self.operand(A, here, block, members, "i_r", P, rows)
                     em.transpose_into(tile, src, P, KT, kts, "i_r", _ex(("i_r", kts * P)))
         tcol = (lambda kt: _ex(("i_r", kts * P), (kt, P))) if layout == "i_r" else (lambda kt: _ex((kt, BM * P), ("i_r", P)))
-        # epilogue values kept for later phases / stored
-        keep = [n for n in ph.nodes if n in block or n in trans]
+        KB = t.k_block_for(K)
+        if KB < K:
+            return self._matmul_streamed(ph, t, tile, layout, K, N, NB, NT, KB, rows0, block, trans, members,
+                                         consumers, owner, pi)
         with em.loop("i_nb", N // NB):
-            wblk = {}
-            for mm in ph.matmuls:
-                B = mm.inputs[1]
-                wt = em.alloc("w", KT, kts * NB, "kernel")
-                wblk[mm] = wt
-                if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE:
-                    src = view_source(B)  # [.., N, K]: rows of src are output columns
-                    with em.loop("i_j", NB // P if NB >= P else 1):
-                        jn = min(P, NB)
-                        here = {}
-                        rt = em.alloc("wrows", jn, K, "kernel")
-                        em.dma(em.view(rt, jn, "0", K), self._ref_rows_cols(src, _ex(("i_nb", NB), ("i_j", jn)), jn, "0", K))
-                        em.transpose_into(wt, em.view(rt, jn, "0", K), jn, KT, kts, "k", _ex(("i_j", jn)), stride=NB)
-                else:
-                    with em.loop("i_kt", kts):
-                        em.dma(em.view(wt, KT, _ex(("i_kt", NB)), NB),
-                               self._ref_rows_cols(B, f"i_kt * {KT}", KT, _ex(("i_nb", NB)), NB))
+            wblk = {mm: self._weight_piece(mm, K, KT, NB, None, P) for mm in ph.matmuls}
             with em.loop("i_r", BM):
                 rows = _ex(rows0, ("i_r", P))
-                packs = {}
-                for n in ph.nodes:
-                    for oname, tr in self._needs_store(n, consumers, owner, pi):
-                        if not tr:
-                            packs[(n, oname)] = em.alloc("o", P, NB, "kernel")
+                packs = self._packs(ph, NB, P, consumers, owner, pi)
                 with em.loop("i_nt", NB // NT):
-                    col0 = _ex(("i_nb", NB), ("i_nt", NT))
                     here: dict[Node, str] = {}
                     for mm in ph.matmuls:
                         acc = em.alloc("acc", P, NT, "accum")
                         em.matmul(acc, tile, wblk[mm], P, KT, NT, kts, tcol("i_kt"), _ex(("i_kt", NB), ("i_nt", NT)),
                                   step=self.lowerer.matmul(mm).steps[0])
                         here[mm] = em.view(acc, P, "0", NT)
-                    if ph.epilogue:
-                        needed = [n for n in ph.epilogue if n in block or n in trans
-                                  or self._needs_store(n, consumers, owner, pi)]
-                        here.update(self.run_program(
-                            ph.epilogue, needed,
-                            lambda x: self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)),
-                            lambda n: em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT), P,
-                            chunk=(N, NT), memories={mm: "psum" for mm in ph.matmuls}))
-                    for n in ph.nodes:
-                        if n in block:
-                            em.copy(em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT), here[n])
-                        if n in trans:
-                            ttile, tk, _ = trans[n]
-                            em.transpose_into(ttile, here[n], P, KT, NT // KT, "i_r",
-                                              _ex(("i_r", tk * P), ("i_nb", NB // KT * P), ("i_nt", NT // KT * P)))
-                        for oname, tr in self._needs_store(n, consumers, owner, pi):
-                            if tr:
-                                em.store_transposed(oname, here[n], rows, P, col0, NT, self._batch_prefix(n))
-                            else:
-                                em.copy(em.view(packs[(n, oname)], P, _ex(("i_nt", NT)), NT), here[n])
+                    self._epilogue(ph, t, here, rows, N, NB, NT, block, trans, members, consumers, owner, pi, packs)
                 for (n, oname), pk in packs.items():
                     em.dma(self._out_ref(n, oname, rows, P, f"i_nb * {NB}:i_nb * {NB} + {NB}"), em.view(pk, P, "0", NB))
+
+    def _weight_piece(self, mm: Node, K: int, KT: int, NB: int, KB, P: int) -> str:
+        """Load the weight block of columns i_nb * NB (all K rows, or with KB the piece of KB rows
+        starting at i_kb * KB) as [KT, (rows / KT) * NB]: k tile q at columns q * NB."""
+        em, w = self.em, self.w
+        rows = KB or K
+        r0 = _ex(("i_kb", KB)) if KB else "0"
+        B = mm.inputs[1]
+        wt = em.alloc("w", KT, (rows // KT) * NB, "kernel")
+        if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE:
+            src = view_source(B)  # [.., N, K]: rows of src are output columns
+            with em.loop("i_j", NB // P if NB >= P else 1):
+                jn = min(P, NB)
+                rt = em.alloc("wrows", jn, rows, "kernel")
+                em.dma(em.view(rt, jn, "0", rows), self._ref_rows_cols(src, _ex(("i_nb", NB), ("i_j", jn)), jn, r0, rows))
+                em.transpose_into(wt, em.view(rt, jn, "0", rows), jn, KT, rows // KT, "k", _ex(("i_j", jn)), stride=NB)
+        else:
+            with em.loop("i_kt", rows // KT):
+                em.dma(em.view(wt, KT, _ex(("i_kt", NB)), NB),
+                       self._ref_rows_cols(B, _ex(("i_kb", KB), ("i_kt", KT)) if KB else f"i_kt * {KT}", KT,
+                                           _ex(("i_nb", NB)), NB))
+        return wt
+
+    def _packs(self, ph, NB: int, P: int, consumers, owner, pi) -> dict:
+        """One [P, NB] tile per value the phase stores untransposed: a block's columns go out in one DMA."""
+        packs = {}
+        for n in ph.nodes:
+            for oname, tr in self._needs_store(n, consumers, owner, pi):
+                if not tr:
+                    packs[(n, oname)] = self.em.alloc("o", P, NB, "kernel")
+        return packs
+
+    def _matmul_streamed(self, ph, t: Tiling, tile, layout, K, N, NB, NT, KB, rows0, block, trans, members,
+                         consumers, owner, pi):
+        """A matmul phase whose weights stream along K: per weight block, one accumulator of
+        row_block x NB columns per matmul stays in the banks while pieces of KB weight rows are
+        loaded (each shared by the block's rows) and accumulated; the epilogue runs once all of K is in."""
+        em = self.em
+        P, BM, KT = t.row_tile, t.row_block, t.k_tile
+        kts, kps = K // KT, KB // KT
+        if layout == "i_r":
+            lcol = _ex(("i_r", kts * P), ("i_kb", kps * P), ("i_kt", P))
+        else:
+            lcol = _ex(("i_kb", kps * BM * P), ("i_kt", BM * P), ("i_r", P))
+        slot = _ex(("i_r", NB), ("i_nt", NT))
+        with em.loop("i_nb", N // NB):
+            accs = {mm: em.alloc("acc", P, BM * NB, "accum") for mm in ph.matmuls}
+            for acc in accs.values():
+                em.fill(acc, 0.0)
+            with em.loop("i_kb", K // KB):
+                wblk = {mm: self._weight_piece(mm, K, KT, NB, KB, P) for mm in ph.matmuls}
+                with em.loop("i_r", BM), em.loop("i_nt", NB // NT):
+                    for mm in ph.matmuls:
+                        em.matmul(accs[mm], tile, wblk[mm], P, KT, NT, kps, lcol, _ex(("i_kt", NB), ("i_nt", NT)),
+                                  step=self.lowerer.matmul(mm).steps[0], zero=False, acc_col=slot)
+            with em.loop("i_r", BM):
+                rows = _ex(rows0, ("i_r", P))
+                packs = self._packs(ph, NB, P, consumers, owner, pi)
+                with em.loop("i_nt", NB // NT):
+                    here = {mm: em.view(acc, P, slot, NT) for mm, acc in accs.items()}
+                    self._epilogue(ph, t, here, rows, N, NB, NT, block, trans, members, consumers, owner, pi, packs)
+                for (n, oname), pk in packs.items():
+                    em.dma(self._out_ref(n, oname, rows, P, f"i_nb * {NB}:i_nb * {NB} + {NB}"), em.view(pk, P, "0", NB))
+
+    def _epilogue(self, ph, t: Tiling, here, rows, N, NB, NT, block, trans, members, consumers, owner, pi, packs):
+        """Output tile (i_r, i_nt) of a weight block, its matmuls' accumulators in `here`: the
+        epilogue on it, then keep (block buffer, transposed stationary) and store / pack."""
+        em = self.em
+        P, KT = t.row_tile, t.k_tile
+        col0 = _ex(("i_nb", NB), ("i_nt", NT))
+        if ph.epilogue:
+            needed = [n for n in ph.epilogue if n in block or n in trans
+                      or self._needs_store(n, consumers, owner, pi)]
+            here.update(self.run_program(
+                ph.epilogue, needed,
+                lambda x: self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)),
+                lambda n: em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT), P,
+                chunk=(N, NT), memories={mm: "psum" for mm in ph.matmuls}))
+        for n in ph.nodes:
+            if n in block:
+                em.copy(em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT), here[n])
+            if n in trans:
+                ttile, tk, _ = trans[n]
+                em.transpose_into(ttile, here[n], P, KT, NT // KT, "i_r",
+                                  _ex(("i_r", tk * P), ("i_nb", NB // KT * P), ("i_nt", NT // KT * P)))
+            for oname, tr in self._needs_store(n, consumers, owner, pi):
+                if tr:
+                    em.store_transposed(oname, here[n], rows, P, col0, NT, self._batch_prefix(n))
+                else:
+                    em.copy(em.view(packs[(n, oname)], P, _ex(("i_nt", NT)), NT), here[n])
 
     def _ref_rows_cols(self, node: Node, r0: str, nr: int, c0: str, nc: int) -> str:
         """HBM block node[.., r0:r0+nr, c0:c0+nc] (batch indices from the loops)."""

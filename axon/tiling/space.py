@@ -7,7 +7,9 @@ Every pass (a `fusion.nodes.Group`) is tiled along its dimensions:
                                               every weight block loaded for them)
   width N      = count_n * block_n * tile_n   per matmul: tile_n <= one accumulator bank,
                                               block_n columns of weights resident at once
-  contraction K = count_k * tile_k            tile_k <= the contraction limit; all K resident
+  contraction K = count_p * k_block            tile_k <= the contraction limit; the weights stream
+                = count_p * (k_block / tile_k) * tile_k  in pieces of k_block rows (0: all K
+                                              resident), accumulating in a block-wide accumulator
   columns d    = count_c * col_chunk + tail     a pass that is one row phase may walk each row
                                               tile in column chunks of the last axis' symbol d
                                               (see fusion.nodes.chunk_plan): reductions
@@ -56,11 +58,23 @@ class Tiling:
     col_split: int = 1  # element-wise passes: each row tile in this many column chunks (pipelined)
     col_chunk: int = 0  # row passes: columns (of the last axis' symbol) per chunk, the last chunk
     # may be shorter; 0: whole rows
+    k_block: int = 0  # matmul passes: contraction rows of each weight piece streamed through the
+    # chip (a multiple of k_tile); 0: the whole K x n_block weight strip resident at once
 
     def describe(self) -> dict:
         return {"row_tile": self.row_tile, "row_block": self.row_block, "n_tile": self.n_tile,
                 "n_block": self.n_block, "k_tile": self.k_tile, "col_split": self.col_split,
-                "col_chunk": self.col_chunk}
+                "col_chunk": self.col_chunk, "k_block": self.k_block}
+
+    def k_block_for(self, k: int) -> int:
+        """Contraction rows per weight piece for a matmul over k: the largest multiple of k_tile that
+        divides k and is at most k_block (k itself when nothing is streamed)."""
+        if self.k_block == 0 or self.k_block >= k:
+            return k
+        for kb in range(self.k_block - self.k_block % self.k_tile, 0, -self.k_tile):
+            if k % kb == 0:
+                return kb
+        return k
 
     def n_block_for(self, n: int) -> int:
         return n if self.n_block == 0 or self.n_block > n else self.n_block
@@ -74,6 +88,8 @@ DEFAULT_N_BLOCKS = (1, 2, 4, 8, 0)  # multiples of the n tile; 0: the whole widt
 DEFAULT_COL_SPLITS = (1, 2, 4, 8)  # column chunks per row tile in element-wise passes
 MIN_CHUNK_BYTES = 512  # a chunk's contiguous bytes per partition: shorter DMAs are overhead-bound
 DEFAULT_COL_CHUNKS = (1024, 2048, 4096, 8192, 16384)  # columns per chunk when rows are walked in chunks
+DEFAULT_K_BLOCKS = (8192, 4096, 2048, 1024, 512, 256, 128)  # weight piece rows, tried largest first
+NARROW_N_TILES = (256, 128)  # output columns per matmul when no bank-wide tiling fits
 
 
 def col_splits(world: RowWorld, group: Group, sizes: Mapping[str, int], splits: Iterable[int] = DEFAULT_COL_SPLITS,
@@ -174,10 +190,14 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
     fits, rejected = [], []
     seen = set()
     splits = col_splits(world, group, sizes) if not dims["N"] else [1]
-    for rb in row_blocks:
-        if (R // row_tile) % rb:
-            continue
-        for nt in n_tiles[:1]:
+    # the bank-wide n tile first; narrower ones only when nothing fits with it
+    widths = n_tiles[:1] + [w for w in NARROW_N_TILES if w < n_tiles[0] and all(n % w == 0 for n in dims["N"])]
+    for nt in (widths if dims["N"] else n_tiles[:1]):
+        if fits:
+            break
+        for rb in row_blocks:
+            if (R // row_tile) % rb:
+                continue
             for nbm in (n_blocks if dims["N"] else (1,)):
                 nb = 0 if nbm == 0 else nt * nbm
                 if nb and any(n % nb for n in dims["N"]):
@@ -190,6 +210,8 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
                         continue
                     seen.add(t)
                     why = check(world, group, t, sizes, limits)
+                    if why and dims["N"]:
+                        t, why = _streamed(world, group, t, sizes, limits, why, dims["K"])
                     (rejected.append((t, why)) if why else fits.append(t))
     # column chunks: where whole rows do not fit, and for scans (one walk, so chunks cost no
     # extra traffic and let loads, the scan and stores of consecutive chunks overlap)
@@ -207,6 +229,19 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
     return fits, rejected
 
 
+def _streamed(world: RowWorld, group: Group, t: Tiling, sizes, limits: Limits, why: str, ks,
+              k_blocks: Iterable[int] = DEFAULT_K_BLOCKS) -> tuple[Tiling, str]:
+    """A matmul tiling whose resident weight strips do not fit: the same tiling with the weights
+    streamed along K in the largest pieces that fit (the first failure's reason if none does)."""
+    for kb in k_blocks:
+        if kb % t.k_tile or kb >= max(ks):
+            continue
+        s = Tiling(t.row_tile, t.row_block, t.n_tile, t.n_block, t.k_tile, t.col_split, t.col_chunk, kb)
+        if not check(world, group, s, sizes, limits):
+            return s, ""
+    return t, why
+
+
 def _has_scan(group: Group) -> bool:
     return any(OP_SPECS[n.op].kind is OpKind.SCAN for n in group.nodes)
 
@@ -219,7 +254,10 @@ def default_tiling(world: RowWorld, group: Group, sizes: Mapping[str, int], limi
     k_tile = min([_divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
     nt = min([_divisor_at_most(n, limits.moving_free_max) for n in dims["N"]] or [limits.moving_free_max])
     t = Tiling(row_tile, 1, nt, nt, k_tile)
-    if not dims["N"] and check(world, group, t, sizes, limits) and chunk_dim(world, group):
+    why = check(world, group, t, sizes, limits)
+    if dims["N"] and why:  # the weight strip of a long contraction does not fit: stream it along K
+        return _streamed(world, group, t, sizes, limits, why, dims["K"])[0]
+    if not dims["N"] and why and chunk_dim(world, group):
         # whole rows do not fit: the widest column chunk that does (the direct lowering must run)
         for cc in sorted(DEFAULT_COL_CHUNKS, reverse=True):
             chunked = Tiling(row_tile, 1, nt, nt, k_tile, 1, cc)
@@ -238,12 +276,26 @@ def check(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int], li
         return f"matmul tile width {t.n_tile} exceeds {limits.moving_free_max}"
     if t.n_tile * 4 > limits.accum_bank_bytes:
         return f"matmul tile width {t.n_tile} does not fit one {limits.accum_bank_bytes}-byte accumulator bank"
+    if t.k_block % t.k_tile:
+        return f"weight piece of {t.k_block} rows is not a multiple of the contraction tile {t.k_tile}"
     used = footprint(world, group, t, sizes, dsize)
     if used > limits.onchip_bytes:
         return _misfit(world, group, t, sizes, used, limits, dsize)
     wid = _width_fn(world, group, t, sizes)
+    bank_elems = limits.accum_bank_bytes // 4
     for ph in phases(world, group):
-        if ph.kind == "matmul" and 2 * len(ph.matmuls) + 2 > limits.accum_banks:
+        if ph.kind == "matmul" and _streams(ph, t, sizes):
+            # every output column of the block accumulates across the pieces: len(matmuls) block-wide
+            # accumulators stay in the banks, plus two for transposes and broadcasts
+            N = concrete(ph.matmuls[0].shape[-1], sizes)
+            nt, nb = t.n_tile_for(N), t.n_block_for(N)
+            if bank_elems % nt:
+                return f"matmul tile width {nt} does not pack into {limits.accum_bank_bytes}-byte banks"
+            banks = len(ph.matmuls) * -(-t.row_block * nb // bank_elems) + 2
+            if banks > limits.accum_banks:
+                return (f"{len(ph.matmuls)} streamed accumulators of {t.row_block} x {nb} columns need {banks} "
+                        f"banks, more than {limits.accum_banks}")
+        elif ph.kind == "matmul" and 2 * len(ph.matmuls) + 2 > limits.accum_banks:
             return f"{len(ph.matmuls)} accumulation groups in flight need more than {limits.accum_banks} banks"
         for n in ph.nodes if ph.kind == "row" else ():
             c = wid(n)
@@ -257,7 +309,8 @@ def _misfit(world: RowWorld, group: Group, t: Tiling, sizes, used: int, limits: 
     kib = lambda b: f"{b / 1024:.1f} KiB"
     widest = max(group.nodes, key=lambda n: concrete(n.shape[-1], sizes))
     if any(n.op is Op.MATMUL for n in group.nodes):
-        what, how = "matmul", f"row_block={t.row_block}, n_block={t.n_block or 'all'}"
+        what, how = "matmul", f"row_block={t.row_block}, n_block={t.n_block or 'all'}" + (
+            f", k_block={t.k_block}" if t.k_block else ", whole contraction resident")
     else:
         what = widest.op.value
         how = (f"a row of {concrete(widest.shape[-1], sizes)} {dsize}-byte elements"
@@ -288,6 +341,18 @@ def _row_live(world: RowWorld, nodes, members, kept, wid, dsize: int) -> int:
     reuse = inplace_plan(nodes, kept & inside, set(), set(world.graph.outputs), set(), wid)
     own = [n for n in nodes if n not in reuse and n not in kept]
     return 2 * (sum(wid(x) * dsize for x in inputs) + sum(wid(n) * 4 for n in own))
+
+
+def _streams(ph: Phase, t: Tiling, sizes) -> bool:
+    """Whether a matmul phase streams its weights along K (tiling.k_block) under t."""
+    K = concrete(ph.matmuls[0].inputs[0].shape[-1], sizes)
+    return t.k_block_for(K) < K
+
+
+def _stationary_bytes(ph: Phase, t: Tiling, sizes, dsize: int) -> int:
+    """Bytes per partition of a matmul phase's transposed left operand: all of K, for the block's rows."""
+    K = concrete(ph.matmuls[0].inputs[0].shape[-1], sizes)
+    return -(-K // t.k_tile) * t.row_block * t.row_tile * dsize
 
 
 def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int], dsize: int = 2) -> int:
@@ -332,10 +397,16 @@ def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int]
             K = concrete(ph.matmuls[0].inputs[0].shape[-1], sizes)
             N = concrete(ph.matmuls[0].shape[-1], sizes)
             nb = t.n_block_for(N)
-            kt_count = -(-K // t.k_tile)
-            live += 2 * len(ph.matmuls) * kt_count * nb * dsize  # weight blocks
-            live += kt_count * t.row_block * t.row_tile * dsize  # the transposed left operand
+            kb_count = -(-t.k_block_for(K) // t.k_tile)  # k tiles per resident weight piece
+            live += 2 * len(ph.matmuls) * kb_count * nb * dsize  # weight pieces (double-buffered)
             live += 2 * (len(ph.matmuls) + len(ph.epilogue) + 1) * t.n_tile_for(N) * F32
+            stored = [n for n in ph.nodes if n in world.graph.outputs
+                      or any(n in m.inputs for m in world.graph.nodes() if m not in members)]
+            live += len(stored) * nb * dsize  # output blocks packed for one store
+        # transposed left operands: one computed in the pass is allocated when the row block starts,
+        # one loaded from HBM when its phase starts; both stay until the row block ends
+        live += sum(_stationary_bytes(ph2, t, sizes, dsize) for j, ph2 in enumerate(phs) if ph2.kind == "matmul"
+                    and (j <= i or ph2.matmuls[0].inputs[0] in members))
         peak = max(peak, live)
     saved = 0
     for i, ph in enumerate(phs):

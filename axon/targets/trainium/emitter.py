@@ -267,17 +267,20 @@ class NkiEmitter:
 
     # -- compute ----------------------------------------------------------------------------
     def matmul(self, acc: str, lhsT: str, rhs: str, partitions: int, k: int, n: int, k_tiles: int,
-               lhs_col: str, rhs_col: str, step=None) -> None:
+               lhs_col: str, rhs_col: str, step=None, zero: bool = True, acc_col: str = "0") -> None:
         """acc = lhsT^T @ rhs accumulated over k_tiles, by the synthesized `step` (one instruction whose
-        slot reading operand 0 transposed takes lhsT and whose other slot takes rhs)."""
+        slot reading operand 0 transposed takes lhsT and whose other slot takes rhs). `zero=False`:
+        add to what acc[:, acc_col:acc_col + n] holds (a weight piece of a streamed contraction)."""
         name, stat, mov = "nc_matmul", "stationary", "moving"
         if step is not None:
             name = step.instruction
             stat = next(s for s, a in step.args if a.kind == "operand" and a.transposed)
             mov = next(s for s, a in step.args if a.kind == "operand" and not a.transposed)
-        self.line(f"nisa.memset(dst={acc}, value=0.0)")
+        if zero:
+            self.line(f"nisa.memset(dst={acc}, value=0.0)")
+        dst = f"{acc}[0:{partitions}, 0:{n}]" if acc_col == "0" else f"{acc}[0:{partitions}, {acc_col}:{acc_col} + {n}]"
         with self.loop("i_kt", k_tiles):
-            self.line(f"nisa.{name}(dst={acc}[0:{partitions}, 0:{n}], "
+            self.line(f"nisa.{name}(dst={dst}, "
                       f"{stat}={lhsT}[0:{k}, {lhs_col}:{lhs_col} + {partitions}], "
                       f"{mov}={rhs}[0:{k}, {rhs_col}:{rhs_col} + {n}])")
 
