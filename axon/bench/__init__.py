@@ -1,0 +1,290 @@
+"""The benchmark report: Axon against its baselines on the 20 benchmarks, on one model, in one run.
+
+    from axon.bench import run_bench
+    doc = run_bench(target="trn2", grid="quick", json_path="bench.json")
+
+For every case (a benchmark at one shape) this measures, on the same simulator and performance
+model:
+
+  axon        `optimize` (rewrites, fusion, tiling search, selection; numerically checked);
+  direct      the direct lowering: each operator its own pass, default tiling, default engines, no
+              rewrite, no fusion (optimize times it as its own baseline; here it is also run with
+              data, and the report says where it fails the numerical check);
+  hand        the hand-written NKI kernel, where one exists (axon/targets/trainium/baselines),
+              timed at the case's sizes and checked against the program's reference with data;
+  no_algebra  `optimize(..., algebra=False)`: the program as written, fusion and tiling searched;
+  no_fusion   `optimize(..., fusion=False)`: one pass per operator, rewrites and tiling searched;
+  roofline    the model's lower bound for the case (matmul FLOPs at TensorE peak, compulsory HBM
+              bytes at HBM bandwidth): the smallest bound over the kernels measured, since a kernel
+              that spills intermediates to HBM scratch reports a larger one.
+
+Grids: `quick` is each benchmark's `quick` case; `full` is every case but `small` and `quick` (the
+sweep grid and the model configurations); `small` is for tests. The JSON is rewritten after every
+case, so a killed run continues where it stopped: a case already in the file with the same key
+(benchmark, case, target, dtype) and the same model fingerprint is not measured again.
+
+Invariant: every number in one JSON comes from one version of the performance model (its
+fingerprint is stored; cases measured under another are measured again), and the result cache
+is private to the run, so nothing is reused from an older model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from axon import suite
+from axon.errors import AxonError, InputError
+
+GRIDS = ("quick", "full", "small")
+BASELINES = ("direct", "hand", "no_algebra", "no_fusion")
+FAMILIES = ("single", "multi")
+DEFAULT_BUDGET_S = 45.0  # optimize's ranking budget for the full search and each ablation
+# Runs with data simulate every element: up to this much work (the product of the case's sizes, the
+# quick grid's largest) the hand kernel and the direct lowering are checked at the case's sizes; above
+# it the hand kernel is checked at its `small` case and the direct lowering is not checked.
+DATA_CHECK_WORK = 1024 * 4096 * 4096
+HERE = Path(__file__).resolve().parent
+
+
+def model_fingerprint() -> str:
+    """A hash of the sources that turn a kernel into a latency: the simulator (it records the
+    instruction trace), the trace format, the hardware description and the performance model."""
+    root = HERE.parent / "targets" / "trainium"
+    h = hashlib.sha256()
+    for path in [root / "hardware.py", root / "perfmodel.py", root / "trace.py",
+                 *sorted((root / "simulator").glob("*.py"))]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _work(sizes: dict) -> int:
+    """The product of a case's dimensions (m*k*n for a matmul): what a run with data costs."""
+    return math.prod(sizes.values())
+
+
+def grid_cases(bench: suite.Benchmark, grid: str) -> list[tuple[str, dict]]:
+    if grid not in GRIDS:
+        raise InputError(f"unknown grid {grid!r}; expected one of {', '.join(GRIDS)}")
+    if grid in ("quick", "small"):
+        return [(grid, bench.sizes(grid))]
+    return [(c, dict(s)) for c, s in bench.cases.items() if c not in ("small", "quick")]
+
+
+def case_key(c: dict) -> tuple:
+    return (c["benchmark"], c["case"], c["target"], c["dtype"])
+
+
+def geomean(xs: Iterable[float]) -> Optional[float]:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+# --- measuring one case -----------------------------------------------------------------------
+def _hand(name: str, sizes: dict, target: str, dtype: str) -> Optional[dict]:
+    """The hand-written kernel at `sizes`: latency, roofline and a numerical check with data."""
+    from axon.targets.trainium.baselines import HAND_KERNELS, run_hand_kernel
+
+    hk = HAND_KERNELS.get(name)
+    if hk is None:
+        return None
+    why = hk.unsupported(sizes)
+    if why:
+        return {"ns": None, "note": why}
+    t = run_hand_kernel(name, sizes, dtype, target, timing_only=True).estimate
+    check_sizes, where = sizes, "case size"
+    if _work(sizes) > DATA_CHECK_WORK:
+        check_sizes, where = suite.get(name).sizes("small"), "small case"
+    r = run_hand_kernel(name, check_sizes, dtype, target, timing_only=False)
+    return {"ns": t.latency_ns, "roofline_ns": t.roofline_ns, "checked": where, "reference_ok": bool(r.reference_ok),
+            "max_abs_err": r.max_abs_err}
+
+
+def _check_direct(name: str, source: str, sizes: dict, target: str, dtype: str) -> Optional[dict]:
+    """The direct lowering run with data at the case's sizes against the program's reference
+    (optimize times it but checks it only when nothing better passes)."""
+    if not source:
+        return None
+    if _work(sizes) > DATA_CHECK_WORK:
+        return {"ok": None, "note": f"not checked: above {DATA_CHECK_WORK} (product of the sizes)"}
+    from axon.search.optimize import get_target
+    from axon.search.select import check_candidate
+
+    prog = suite.get(name).program
+    shapes = prog.random_inputs(sizes, dtype=dtype, seed=0)
+    expected = prog.reference(**{k: v.astype("float32") for k, v in shapes.items()})
+    c = check_candidate(get_target(target), source, shapes, expected, dtype)
+    return {"ok": bool(c.ok), "max_abs_err": c.max_abs_err, "scale": c.scale, "error": c.error}
+
+
+def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, budget_s: float,
+                 cache, say: Callable[[str], None]) -> dict:
+    from axon.search.optimize import optimize
+
+    bench = suite.get(name)
+    row = {"benchmark": name, "family": bench.family, "case": case, "sizes": sizes, "target": target, "dtype": dtype}
+    quiet = lambda s: None
+    t0 = time.perf_counter()
+    full = optimize(name, sizes, target, dtype, budget_s=budget_s, cache=cache, progress=say)
+    search_s = time.perf_counter() - t0
+    ablated, notes = {}, {}
+    for label, kw in (("no_algebra", {"algebra": False}), ("no_fusion", {"fusion": False})):
+        say(f"ablation: {label.replace('_', ' ')}")
+        try:
+            ablated[label] = optimize(name, sizes, target, dtype, budget_s=budget_s, cache=cache, progress=quiet, **kw)
+        except AxonError as err:  # e.g. every unfused candidate fails the numerical check
+            ablated[label] = None
+            notes[label] = str(err)
+            say(f"{label}: {err}")
+    say("checking the direct lowering numerically")
+    direct_check = _check_direct(name, getattr(full, "baseline_source", ""), sizes, target, dtype)
+    say("hand-written kernel")
+    hand = _hand(name, sizes, target, dtype)
+    if hand and hand.get("ns") is not None and not hand["reference_ok"]:
+        say(f"warning: the hand-written {name} kernel fails its numerical check ({hand['checked']})")
+    rooflines = [r.roofline_ns for r in [full, *ablated.values()] if r is not None and r.roofline_ns > 0]
+    if hand and hand.get("roofline_ns"):
+        rooflines.append(hand["roofline_ns"])
+    roofline = min(rooflines)
+    lat = {k: (r.latency_ns if r is not None else None) for k, r in ablated.items()}
+    row.update({
+        "axon_ns": full.latency_ns,
+        "roofline_ns": roofline,
+        "roofline_fraction": roofline / full.latency_ns,
+        "baselines": {"direct": full.baseline_latency_ns, "hand": hand["ns"] if hand else None, **lat},
+        "search_s": round(search_s, 2),
+        "fusion": full.fusion, "rewrites": list(full.rewrites), "max_abs_err": full.max_abs_err,
+        "candidates": full.candidates, "proofs": full.proofs,
+        "ablations": {k: ({"fusion": r.fusion, "rewrites": list(r.rewrites), "candidates": r.candidates["generated"]}
+                          if r is not None else {"error": notes[k]}) for k, r in ablated.items()},
+        "direct_check": direct_check,
+        "hand": hand,
+    })
+    row["speedup"] = {b: (v / full.latency_ns if v else None) for b, v in row["baselines"].items()}
+    return row
+
+
+# --- the whole run ----------------------------------------------------------------------------
+def summarize(cases: list[dict]) -> dict:
+    """Geomean speedups per family and baseline ({baseline}: x > 1 means Axon is faster), and the
+    ablations as the fraction of full Axon's performance they keep (axon_ns / ablated_ns)."""
+    out = {}
+    for fam in FAMILIES:
+        rows = [c for c in cases if c.get("family") == fam and "axon_ns" in c]
+        g = {"cases": len(rows)}
+        for b in BASELINES:
+            g[b] = geomean(c["speedup"][b] for c in rows if c["speedup"].get(b))
+            g[f"{b}_cases"] = sum(1 for c in rows if c["speedup"].get(b))
+        for b in ("no_algebra", "no_fusion"):
+            g[f"{b}_relative"] = geomean(c["axon_ns"] / c["baselines"][b] for c in rows if c["baselines"].get(b))
+        g["roofline_fraction"] = geomean(c["roofline_fraction"] for c in rows)
+        out[fam] = g
+    return out
+
+
+def losses(cases: list[dict], tol: float = 0.005) -> list[dict]:
+    """Cases where a baseline is faster than Axon by more than `tol` (relative)."""
+    out = []
+    for c in cases:
+        for b, s in (c.get("speedup") or {}).items():
+            if s and s < 1 - tol:
+                out.append({"benchmark": c["benchmark"], "case": c["case"], "baseline": b, "speedup": s})
+    return out
+
+
+def load(json_path: Optional[Path]) -> Optional[dict]:
+    if json_path is None or not json_path.exists():
+        return None
+    try:
+        return json.loads(json_path.read_text())
+    except ValueError:
+        raise InputError(f"{json_path} is not a benchmark report (invalid JSON); move it away or pass --fresh")
+
+
+def write(doc: dict, json_path: Optional[Path]) -> None:
+    if json_path is None:
+        return
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = json_path.with_suffix(json_path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(json_path)
+
+
+def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[list[str]] = None,
+              dtype: str = "bfloat16", json_path=None, budget_s: float = DEFAULT_BUDGET_S, fresh: bool = False,
+              command: str = "", progress: Optional[Callable[[str], None]] = None) -> dict:
+    from axon.search.select import ResultCache
+
+    say = progress or (lambda s: None)
+    names = list(benchmarks or suite.SUITE)
+    for n in names:
+        suite.get(n)
+    json_path = Path(json_path) if json_path else None
+    model = model_fingerprint()
+    old = None if fresh else load(json_path)
+    kept = []
+    if old:
+        kept = [c for c in old.get("cases", []) if c.get("model") == model and c.get("target") == target
+                and c.get("dtype") == dtype]
+        if len(kept) < len(old.get("cases", [])):
+            say(f"{len(old['cases']) - len(kept)} case(s) in {json_path} were measured under another model, "
+                f"target or dtype: measuring again")
+    done = {case_key(c): c for c in kept}
+    doc = {"target": target, "grid": grid, "dtype": dtype, "model": model, "command": command,
+           "budget_s": budget_s, "cases": [], "geomean": {}, "losses": [], "wall_s": (old or {}).get("wall_s", 0.0)}
+    todo = [(n, c, s) for n in names for c, s in grid_cases(suite.get(n), grid)]
+    if old and old.get("grid") == grid:  # cases of benchmarks not selected this time stay in the report
+        wanted = {(n, c, target, dtype) for n, c, _ in todo}
+        doc["cases"] = [c for k, c in done.items() if k not in wanted]
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="axon_bench_cache_") as tmp:
+        cache = ResultCache(Path(tmp))
+        for i, (name, case, sizes) in enumerate(todo):
+            key = (name, case, target, dtype)
+            if key in done:
+                doc["cases"].append(done[key])
+                continue
+            tag = f"[{i + 1}/{len(todo)}] {name} {case}"
+            say(f"{tag} {sizes}")
+            t = time.perf_counter()
+            try:
+                row = measure_case(name, case, sizes, target, dtype, budget_s, cache,
+                                   lambda s, tag=tag: say(f"{tag}: {s}"))
+            except AxonError as err:
+                bench = suite.get(name)
+                row = {"benchmark": name, "family": bench.family, "case": case, "sizes": sizes, "target": target,
+                       "dtype": dtype, "error": str(err)}
+                say(f"{tag}: failed: {err}")
+            row["model"] = model
+            row["wall_s"] = round(time.perf_counter() - t, 2)
+            doc["cases"].append(row)
+            if "axon_ns" in row:
+                sp = row["speedup"]
+                vs = ", ".join(f"x{sp[b]:.2f} {b.replace('_', '-')}" for b in BASELINES if sp.get(b))
+                say(f"{tag}: axon {row['axon_ns'] / 1e3:.1f} us; {vs}; "
+                    f"{row['roofline_fraction']:.0%} of roofline ({row['wall_s']:.0f} s)")
+            doc["wall_s"] = round((old or {}).get("wall_s", 0.0) * bool(kept) + time.perf_counter() - start, 1)
+            _finish(doc)
+            write(doc, json_path)
+    _finish(doc)
+    write(doc, json_path)
+    return doc
+
+
+def _finish(doc: dict) -> None:
+    order = {n: i for i, n in enumerate(suite.SUITE)}
+    case_order = lambda c: list(suite.SUITE[c["benchmark"]].cases).index(c["case"]) \
+        if c["case"] in suite.SUITE[c["benchmark"]].cases else 999
+    doc["cases"].sort(key=lambda c: (order.get(c["benchmark"], 99), case_order(c)))
+    ok = [c for c in doc["cases"] if "axon_ns" in c]
+    doc["geomean"] = summarize(ok)
+    doc["losses"] = losses(ok)
+
+
+def progress_to_stderr(text: str) -> None:
+    print(f"axon bench: {text}", file=sys.stderr, flush=True)
