@@ -103,8 +103,10 @@ def _arg_node(arg, operands, env):
 
 
 def fuse_steps(lowering: Lowering, synth, operand_memories: Optional[Mapping[str, str]] = None,
-               log: Optional[list] = None) -> Lowering:
-    """`lowering` with producer/consumer pairs replaced by single proved instructions, to a fixed point."""
+               log: Optional[list] = None, blocked=frozenset()) -> Lowering:
+    """`lowering` with producer/consumer pairs replaced by single proved instructions, to a fixed point.
+    `blocked`: (producer instruction, consumer instruction) pairs left unfused (a lowering
+    alternative: the pair's two instructions may balance engines better than the fused one)."""
     memories = dict(operand_memories or {})
     operands = {int(n.params.name[1:]): n for n in pattern_inputs(lowering.pattern)}  # a_k by number
     steps, outputs = list(lowering.steps), list(lowering.outputs)
@@ -115,6 +117,8 @@ def fuse_steps(lowering: Lowering, synth, operand_memories: Optional[Mapping[str
         for j in range(len(steps)):
             producers = sorted({a.index for _, a in steps[j].args if a.kind == "step"})
             for i in producers:
+                if (steps[i].instruction, steps[j].instruction) in blocked:
+                    continue
                 found = _fuse_pair(synth, operands, steps, outputs, memories, i, j)
                 if found is None:
                     continue

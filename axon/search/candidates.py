@@ -162,26 +162,43 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
             if any(not f for f in per_group):
                 continue
             combos = list(itertools.islice(itertools.product(*per_group), per_combo))
+            # lowering alternatives (Lowerer.program `alt`): tried on every combo once the first
+            # combo shows that some phase of this layout has one (else its source repeats alt 0's)
+            alts = list(range(1 + _max_alternatives(lowerer)))
             for stationary in _stationary_options(world, target):
-                for combo in combos:
-                    cand = Candidate(vi, rewrites, mode, Options(stationary=stationary, engines=engines),
-                                     tuple(Pass(g, t) for g, t in zip(gs, combo)))
-                    try:
-                        cand.source = emit(name, target, world, cand, sizes, dtype, lowerer)
-                    except UnsupportedError as err:
-                        counts.unsupported += 1
-                        if str(err) not in counts.reasons:
-                            counts.reasons.append(str(err))
-                        continue
-                    if cand.key in seen:
-                        continue
-                    cand.static_cost = static_cost(world, cand, sizes, dtype)
-                    seen.add(cand.key)
-                    out.append(cand)
-                    counts.generated += 1
+                for ci, combo in enumerate(combos):
+                    for alt in alts:
+                        cand = Candidate(vi, rewrites, mode,
+                                         Options(stationary=stationary, engines=engines, lowering=alt),
+                                         tuple(Pass(g, t) for g, t in zip(gs, combo)))
+                        try:
+                            cand.source = emit(name, target, world, cand, sizes, dtype, lowerer)
+                        except UnsupportedError as err:
+                            counts.unsupported += 1
+                            if str(err) not in counts.reasons:
+                                counts.reasons.append(str(err))
+                            continue
+                        if cand.key in seen:
+                            if alt and ci == 0:
+                                alts = [a for a in alts if a < alt]  # no such alternative here
+                                break
+                            continue
+                        cand.static_cost = static_cost(world, cand, sizes, dtype)
+                        seen.add(cand.key)
+                        out.append(cand)
+                        counts.generated += 1
         if progress:
             progress(f"variant {vi}: {counts.generated} candidates so far")
     return out
+
+
+def _max_alternatives(lowerer) -> int:
+    """Lowering alternatives per phase the lowerer offers (0 for one without `alternatives`)."""
+    if not hasattr(lowerer, "alternatives"):
+        return 0
+    from axon.search.lowering import MAX_ALTERNATIVES
+
+    return MAX_ALTERNATIVES
 
 
 def _spread(items: list, k: int) -> list:

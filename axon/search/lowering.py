@@ -40,6 +40,7 @@ SECOND_ROUND_BUDGET_S = 4.0  # per Lowerer (one optimize run): propagation over 
 
 
 GROUP_SKETCHES = 12_000  # per group pattern (the synthesizer's default is 60,000 for one operator)
+MAX_ALTERNATIVES = 2  # lowering alternatives per phase beyond the fused program (a search dimension)
 GROUP_MISSES = 6  # 3-operator group patterns per run that may come back without a shorter lowering
 
 
@@ -168,20 +169,62 @@ class Lowerer:
         self._fail("matmul with a transposed stationary operand")
 
     # -- a phase -----------------------------------------------------------------------------
-    def program(self, nodes: Sequence[Node], needed: Sequence[Node], memories: Optional[dict] = None) -> Program:
+    def program(self, nodes: Sequence[Node], needed: Sequence[Node], memories: Optional[dict] = None,
+                alt: int = 0) -> Program:
         """One program for `nodes` (topological order) giving every node of `needed`.
-        `memories`: graph node -> memory for operands not in SBUF (a matmul's PSUM chunk)."""
+        `memories`: graph node -> memory for operands not in SBUF (a matmul's PSUM chunk).
+        `alt`: which lowering alternative (see `alternatives`); 0 is the fused program (fewest
+        instructions by the ISA's weights), an index past the phase's alternatives gives it too."""
         nodes = tuple(nodes)
         needed = tuple(n for n in nodes if n in set(needed))
-        key = (nodes, needed, tuple(sorted(((n, m) for n, m in (memories or {}).items()), key=lambda e: repr(e[0]))))
+        mkey = tuple(sorted(((n, m) for n, m in (memories or {}).items()), key=lambda e: repr(e[0])))
+        key = (nodes, needed, mkey)
         if key not in self.programs:
             self.programs[key] = self._program(nodes, needed, dict(memories or {}))
         prog = self.programs[key]
+        if alt:
+            alts = self._alternatives(key, prog, nodes, needed, dict(memories or {}))
+            if alt <= len(alts):
+                prog = alts[alt - 1]
         for n in nodes:
             self.sources.setdefault(n.op.value, f"synthesis, {prog.status}")
         return prog
 
-    def _program(self, nodes, needed, memories) -> Program:
+    def _alternatives(self, key, prog: Program, nodes, needed, memories) -> list:
+        """The phase's other proved lowerings: the same units with one kind of instruction fusion
+        left undone (its pair of instructions may spread over two engines where the fused
+        instruction holds one), at most MAX_ALTERNATIVES, each different from the fused program.
+        Which is faster is the performance model's call (the candidates carry the choice)."""
+        akey = ("alt",) + key
+        if akey not in self.programs:
+            out = []
+            pairs = []
+            for f in prog.fusions:
+                pair = tuple(f.split("->")[0].split("+"))
+                if pair not in pairs:
+                    pairs.append(pair)
+            for pair in pairs[::-1]:  # the last fusions applied (the wide element-wise tail) first
+                if len(out) >= MAX_ALTERNATIVES:
+                    break
+                try:
+                    p = self._program(nodes, needed, memories, blocked=frozenset({pair}))
+                except AxonError:
+                    continue
+                if p.steps != prog.steps and p.status == prog.status and \
+                        all(p.steps != q.steps for q in out):
+                    out.append(p)
+            self.programs[akey] = out
+        return self.programs[akey]
+
+    def alternatives(self, nodes: Sequence[Node], needed: Sequence[Node], memories: Optional[dict] = None) -> int:
+        """How many lowering alternatives the phase has beyond its fused program."""
+        nodes = tuple(nodes)
+        needed = tuple(n for n in nodes if n in set(needed))
+        mkey = tuple(sorted(((n, m) for n, m in (memories or {}).items()), key=lambda e: repr(e[0])))
+        prog = self.program(nodes, needed, memories)
+        return len(self._alternatives((nodes, needed, mkey), prog, nodes, needed, dict(memories or {})))
+
+    def _program(self, nodes, needed, memories, blocked=frozenset()) -> Program:
         from axon.synthesis import abstract
 
         members = set(nodes)
@@ -237,8 +280,8 @@ class Lowerer:
                 produced[g] = remap(out)
             i += len(win)
         outputs = tuple((n, produced[n]) for n in outs)
-        prog = self._finish(phase, steps, outputs, memories, groups)
-        if self.second:
+        prog = self._finish(phase, steps, outputs, memories, groups, blocked)
+        if self.second and not blocked:
             prog = self._second_round(prog, phase, nodes, needed, memories)
         return prog
 
@@ -278,7 +321,7 @@ class Lowerer:
         best = min(found, key=lambda lw: lw.cost)
         return best if best.cost < single - 1e-9 else None
 
-    def _finish(self, phase, steps, outputs, memories, groups) -> Program:
+    def _finish(self, phase, steps, outputs, memories, groups, blocked=frozenset()) -> Program:
         """Fuse instructions across the units, and read off every step output's width."""
         from axon.synthesis import Lowering, sequence_meaning
         from axon.synthesis.pattern import pattern_inputs
@@ -298,7 +341,7 @@ class Lowerer:
             mem = {f"a{k}": memories[g] for k, g in enumerate(phase.operands) if g in memories}
             log: list = []
             try:
-                fused = _fuse(lw, synth, mem, log)
+                fused = _fuse(lw, synth, mem, log, blocked)
             except AxonError:
                 fused, log = lw, []
             if self.target.can_emit(fused) and not _reads_transposed(fused):
@@ -403,10 +446,10 @@ def _widened_inputs(pattern, steps) -> dict:
     return out
 
 
-def _fuse(lw, synth, memories, log):
+def _fuse(lw, synth, memories, log, blocked=frozenset()):
     from axon.fusion.instructions import fuse_steps
 
-    return fuse_steps(lw, synth, memories, log)
+    return fuse_steps(lw, synth, memories, log, blocked)
 
 
 def _arg(kind, index, output="out"):

@@ -47,6 +47,7 @@ class Options:
     stationary: str = "pe"  # how an input's rows reach the contraction layout: "pe" | "dma"
     engines: str = "default"  # "default": each instruction on its usual engine; "balanced": the emitter
     # spreads element-wise instructions over the engines that can run them (where the target can)
+    lowering: int = 0  # which lowering alternative of each phase's program (Lowerer.program `alt`)
 
 
 def _ex(*terms) -> str:
@@ -270,7 +271,7 @@ class KernelBuilder:
         destination; `split`: every width is cut in this many column chunks (element-wise passes);
         `chunk_dims` = (d, c): widths are those with the symbol d bound to c (a column chunk).
         Returns node -> tile for the needed nodes."""
-        prog = self.lowerer.program(nodes, needed, memories)
+        prog = self.lowerer.program(nodes, needed, memories, alt=self.opt.lowering)
         ops = [operand(x) for x in prog.operands]
         binding = prog.binding(self.sizes)
         wbinding = prog.binding({**self.sizes, chunk_dims[0]: chunk_dims[1]}) if chunk_dims else binding

@@ -85,3 +85,22 @@ def test_optimize_reports_the_instruction_level(tmp_path, monkeypatch):
         "winner_fusions"]
     assert {"second_round_proved", "second_round_used"} <= set(r.instructions)
     assert "activation_reduce" in r.kernel_source and "instructions:" in r.report
+
+
+def test_rmsnorm_candidates_carry_lowering_alternatives():
+    """The fused program is not the only lowering: an alternative leaving a fusion undone (its two
+    instructions may spread over engines) joins the candidates, for the performance model to rank."""
+    b = SUITE["rmsnorm"]
+    world = RowWorld.of(b.program.graph)
+    (ph,) = phases(world, groups(world, "fused")[0])
+    lw = Lowerer(TARGET)
+    fused = lw.program(ph.nodes, [ph.nodes[-1]])
+    assert lw.alternatives(ph.nodes, [ph.nodes[-1]]) >= 1
+    alt = lw.program(ph.nodes, [ph.nodes[-1]], alt=1)
+    assert alt.status == "proved" and alt.steps != fused.steps
+    assert "scalar_tensor_tensor" not in [s.instruction for s in alt.steps]
+    cands = enumerate_candidates("rmsnorm", [(b.program.graph, ())], b.sizes("small"), TARGET, "float32",
+                                 Lowerer(TARGET), Counts())
+    fused_cands = [c for c in cands if c.fusion == "fused"]
+    assert len({c.options.lowering for c in fused_cands}) > 1
+    assert len({c.key for c in fused_cands}) == len(fused_cands)
