@@ -119,7 +119,7 @@ class Graph:
     def pretty(self) -> str:
         """A readable listing, one equation per line (like a jaxpr)."""
         names: dict[Node, str] = {n: n.params.name for n in self.inputs}
-        lines = [f"inputs: " + ", ".join(f"{n.params.name}{format_shape(n.shape)}" for n in self.inputs)]
+        lines = ["inputs: " + ", ".join(f"{n.params.name}{format_shape(n.shape)}" for n in self.inputs)]
         for node in self.nodes():
             if node in names:
                 continue

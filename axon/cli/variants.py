@@ -38,7 +38,6 @@ def run(args) -> int:
     nu, stats = discover(program.graph, default_verifier(args.timeout_ms), Guards(), progress)
     variants = nu.extract_variants(args.limit)
     elapsed = time.perf_counter() - start
-    proved = [p for p in nu.proofs if p.proved]
     if args.json:
         print(json.dumps({
             "program": program.signature(), "eclasses": nu.num_classes, "enodes": nu.num_enodes,

@@ -23,6 +23,7 @@ from axon.semantics.ops import Op, TransposeParams
 from axon.synthesis.lowering import PROVED, UNPROVED, Arg, Lowering
 from axon.synthesis.pattern import pattern_inputs
 from axon.synthesis.spec import SBUF, const_node
+from axon.synthesis.synthesizer import step_meanings
 
 
 @dataclass(frozen=True)
@@ -36,27 +37,9 @@ class Fusion:
     query: str
 
 
-def _meanings(synth, operands, steps) -> dict:
-    """(step, output) -> meaning node, over the given operand nodes."""
-    env: dict = {}
-
-    def node_of(arg: Arg) -> Node:
-        if arg.kind == "const":
-            return const_node(arg.value)
-        node = operands[arg.index] if arg.kind == "operand" else env[(arg.index, arg.output)]
-        return make_node(Op.TRANSPOSE, [node], TransposeParams((1, 0))) if arg.transposed else node
-
-    for k, step in enumerate(steps):
-        spec = synth.spec(step.instruction)
-        slots = {s.name: (node_of(step.arg(s.name)) if step.arg(s.name) is not None else None) for s in spec.slots}
-        for name, node in spec.meaning(dict(step.holes), slots).items():
-            env[(k, name)] = node
-    return env
-
-
 def _pair_pattern(synth, operands, steps, outputs, memories, i, j):
     """The pair's meaning over fresh inputs, with the Arg behind each input and its memory."""
-    env = _meanings(synth, operands, steps)
+    env = step_meanings(synth.spec, operands, steps)
     leaves: dict = {}  # Arg -> INPUT node
     leaf_memory: dict = {}
 

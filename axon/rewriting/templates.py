@@ -13,7 +13,8 @@ from typing import Mapping
 
 from axon.ir import Node, input_node, make_node, toposort
 from axon.semantics.ops import ConstParams, Op, ReshapeParams, TransposeParams, AxisParams
-from axon.semantics.sizes import Shape, Size
+from axon.semantics.sizes import Size
+from axon.verification.numeric import node_dims
 
 Constraints = frozenset  # of (Size, divisor) pairs
 
@@ -24,16 +25,8 @@ def leaves(*nodes: Node) -> list[Node]:
 
 
 def dim_names(*nodes: Node) -> list[str]:
-    names: list[str] = []
-    for node in toposort(nodes):
-        sizes = list(node.shape)
-        if node.op is Op.CONST and isinstance(node.params.value, Size):
-            sizes.append(node.params.value)
-        for size in sizes:
-            for s in sorted(size.symbols):
-                if s not in names:
-                    names.append(s)
-    return names
+    """Dimension names of every node reachable from `nodes`, in first-seen order."""
+    return node_dims(toposort(nodes))
 
 
 def rename_size(size: Size, names: Mapping[str, str]) -> Size:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 from axon.errors import AxonError, UnsupportedError
-from axon.ir import Graph, Node, toposort
+from axon.ir import Graph, Node
 from axon.semantics.ops import Op
 from axon.semantics.sizes import Size
 
@@ -227,7 +227,6 @@ class Lowerer:
     def _program(self, nodes, needed, memories, blocked=frozenset()) -> Program:
         from axon.synthesis import abstract
 
-        members = set(nodes)
         outs = list(needed) or [nodes[-1]]
         phase = abstract(outs, nodes)
         canon_of = {orig: canon for canon, orig in phase.dims}
@@ -256,8 +255,6 @@ class Lowerer:
             base = len(steps)
 
             def remap(arg, ab=ab, names=names, base=base):
-                from axon.synthesis import Arg
-
                 if arg.kind == "operand":
                     g = ab.operands[arg.index]
                     if g in produced:
@@ -324,10 +321,8 @@ class Lowerer:
     def _finish(self, phase, steps, outputs, memories, groups, blocked=frozenset()) -> Program:
         """Fuse instructions across the units, and read off every step output's width."""
         from axon.synthesis import Lowering, sequence_meaning
-        from axon.synthesis.pattern import pattern_inputs
 
         synth = self.synthesizer
-        pattern = phase.pattern if isinstance(phase.pattern, tuple) else (phase.pattern,)
         # the emitter reads a row operand broadcast across partitions from a full on-chip tile, so
         # fusion sees it as one (its pattern is the widened operands: fuse_steps reads only those)
         steps = [replace(st, args=tuple((sl, replace(a, broadcast=False)) for sl, a in st.args)) for st in steps]

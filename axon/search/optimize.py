@@ -26,7 +26,7 @@ from axon.fusion.nodes import FUSION_MODES
 from axon.frontend.program import Program
 from axon.search.candidates import Candidate, Counts, direct_lowering, enumerate_candidates
 from axon.search.lowering import Lowerer
-from axon.search.select import Check, ResultCache, Timing, check_candidate, default_cache, rank
+from axon.search.select import ResultCache, Timing, check_candidate, default_cache, rank
 from axon.semantics.evaluate import check_constraints, dtype_named
 
 DEFAULT_BUDGET_S = 45.0  # ranking time; checks and the symbolic phase come on top (120 s in all)

@@ -194,21 +194,27 @@ def tile_form(pattern):
 
 def sequence_meaning(spec_of, operands, steps: Sequence[Step], outputs: Sequence[Arg]) -> tuple:
     """The IR meaning of an instruction sequence over the operand nodes (a list, or a mapping from k to a_k)."""
+    env = step_meanings(spec_of, operands, steps)
+    return tuple(_arg_node(env, operands, o) for o in outputs)
+
+
+def _arg_node(env: dict, operands, arg: Arg) -> Node:
+    if arg.kind == "const":
+        return const_node(arg.value)
+    node = operands[arg.index] if arg.kind == "operand" else env[(arg.index, arg.output)]
+    return make_node(Op.TRANSPOSE, [node], TransposeParams((1, 0))) if arg.transposed else node
+
+
+def step_meanings(spec_of, operands, steps: Sequence[Step]) -> dict:
+    """(step number, output name) -> the IR meaning of that output, over the operand nodes."""
     env: dict = {}
-
-    def node_of(arg: Arg) -> Node:
-        if arg.kind == "const":
-            return const_node(arg.value)
-        node = operands[arg.index] if arg.kind == "operand" else env[(arg.index, arg.output)]
-        return make_node(Op.TRANSPOSE, [node], TransposeParams((1, 0))) if arg.transposed else node
-
     for i, step in enumerate(steps):
         spec = spec_of(step.instruction)
-        holes = dict(step.holes)
-        slots = {s.name: (node_of(step.arg(s.name)) if step.arg(s.name) is not None else None) for s in spec.slots}
-        for name, node in spec.meaning(holes, slots).items():
+        slots = {s.name: (_arg_node(env, operands, step.arg(s.name)) if step.arg(s.name) is not None else None)
+                 for s in spec.slots}
+        for name, node in spec.meaning(dict(step.holes), slots).items():
             env[(i, name)] = node
-    return tuple(node_of(o) for o in outputs)
+    return env
 
 
 class _Search:

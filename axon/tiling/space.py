@@ -375,8 +375,6 @@ def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int]
     for i, ph in enumerate(phs):
         live = 0
         if ph.kind == "row":
-            from axon.tiling.build import inplace_plan  # the emitter's in-place reuse, counted alike
-
             wid = _width_fn(world, group, t, sizes)
             kept = {n for n in ph.nodes if later_use.get(n, -1) > i}
             sets = [ph.nodes]

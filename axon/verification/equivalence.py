@@ -15,7 +15,6 @@ its caches (verdicts by graph structure, solver outcomes by the query's canonica
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass, replace
 from typing import Optional
 

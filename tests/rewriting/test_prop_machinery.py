@@ -1,6 +1,5 @@
 """Propagation's machinery: guards, memo, the soundness double check, budgets, determinism."""
 import enum
-import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np

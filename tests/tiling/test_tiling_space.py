@@ -1,5 +1,5 @@
 """Symbolic tiling: parameters from the hardware limits, misfits rejected by the model."""
-from axon.fusion.nodes import RowWorld, groups, phases
+from axon.fusion.nodes import RowWorld, groups
 from axon.suite import SUITE
 from axon.targets.trainium.target import TrainiumTarget
 from axon.tiling.space import Limits, check, default_tiling, enumerate_tilings, footprint

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 
 import axon
 import axon.frontend.functions as F

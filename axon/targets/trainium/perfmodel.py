@@ -458,7 +458,7 @@ def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule
     events: list[tuple[float, int]] = []  # (time, trace index) of instruction completions
 
     def run_dma(i: int, start: float) -> None:
-        nonlocal dma_bytes, latency
+        nonlocal dma_bytes
         ins = trace[i]
         # Fixed cost: a latency for this transfer, and a throughput limit of `queues` transfers in
         # their fixed phase at once (booked fluidly, so late transfers never block earlier-ready ones).

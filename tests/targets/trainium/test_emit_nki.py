@@ -1,5 +1,4 @@
 """NKI emission: current API, readable header, deterministic, runs on the simulator correctly."""
-import numpy as np
 import pytest
 
 from axon.search.candidates import Counts, direct_lowering, enumerate_candidates

@@ -3,7 +3,6 @@ full-size fully optimised kernel (the fidelity benchmark's slowest-to-get-wrong 
 close to the published trn1 measurement."""
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from axon.targets.trainium.runner import InputSpec, run

@@ -1,5 +1,4 @@
 """Bad kernels and bad inputs: one clear error naming the kernel line and the rule."""
-import os
 import re
 import textwrap
 
@@ -7,7 +6,7 @@ import numpy as np
 import pytest
 
 from axon.errors import InputError, KernelError
-from axon.targets.trainium.simulator import ShapeDtype, load_kernel, simulate, simulate_source
+from axon.targets.trainium.simulator import ShapeDtype, load_kernel, simulate_source
 
 OLD = "from neuronxcc import nki\nimport neuronxcc.nki.isa as nisa\nimport neuronxcc.nki.language as nl\n"
 NEW = "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n"

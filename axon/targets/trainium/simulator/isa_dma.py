@@ -21,7 +21,7 @@ from .operands import HBM, SBUF, as_tile, check_init, dst_tile, free_size
 def _contiguous_bytes(t: Tile) -> int:
     """Bytes of the innermost contiguous run of an access (DMA efficiency depends on it)."""
     a = t.arr if t.arr is not None else t.buf.data
-    item, run = a.itemsize, a.itemsize
+    run = a.itemsize
     for n, s in zip(reversed(a.shape), reversed(a.strides)):
         if n == 1:
             continue
