@@ -131,11 +131,9 @@ def resolve_sizes(prog: Program, bench, sizes: Union[Mapping[str, int], str, Non
 
 
 def get_target(name: str):
-    if name in ("trn1", "trn2"):
-        from axon.targets.trainium.target import TrainiumTarget
+    from axon import targets
 
-        return TrainiumTarget(name)
-    raise InputError(f"unknown target {name!r}; expected trn1 or trn2")
+    return targets.get(name)
 
 
 # --- the pipeline --------------------------------------------------------------------------
