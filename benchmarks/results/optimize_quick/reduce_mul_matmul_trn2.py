@@ -20,7 +20,6 @@ def reduce_mul_matmul(x, y, w):
     for i_rb in nl.affine_range(2):
         sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
-            i_c = 0
             y_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=y_t[0:128, 0:4096], src=y[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:4096])
             # sum: 1 instruction(s), proved

@@ -20,7 +20,6 @@ def silu_matmul(x, w):
     for i_rb in nl.affine_range(2):
         silu_T = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
-            i_c = 0
             x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:4096])
             silu1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)

@@ -19,7 +19,6 @@ def silu(x):
     # pass 1: silu  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_rb in nl.affine_range(8):
         i_r = 0
-        i_c = 0
         x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
         silu1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)

@@ -44,7 +44,6 @@ def gqa(q, k, v):
                 nisa.nc_matmul(dst=acc[0:128, 0:64], stationary=lhsT[0:64, i_r * 128 + i_kt * 128:i_r * 128 + i_kt * 128 + 128], moving=w[0:64, i_kt * 64 + i_nt * 64:i_kt * 64 + i_nt * 64 + 64])
                 nisa.tensor_copy(dst=matmul_blk[0:128, i_r * 128 + i_nb * 64 + i_nt * 64:i_r * 128 + i_nb * 64 + i_nt * 64 + 64], src=acc[0:128, 0:64])
             i_r = 0
-            i_c = 0
             exp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
             # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
             t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)

@@ -20,7 +20,6 @@ def silu_matmul(x, w):
     i_rb = 0
     silu_T = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     i_r = 0
-    i_c = 0
     x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
     silu1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)

@@ -4,7 +4,7 @@ sizes:    m=128, n=512
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   silu; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
+pass 1:   silu; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128, 2 column chunks per row tile
 lowerings: silu (synthesis, proved)
 """
 import nki
@@ -19,10 +19,11 @@ def silu(x):
     # pass 1: silu  (rows 128 x 1 per block, n_tile 512, n_block all)
     i_rb = 0
     i_r = 0
-    x_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
-    silu1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    # silu: 1 instruction(s), proved
-    nisa.activation(dst=silu1[0:128, 0:512], data=x_t[0:128, 0:512], op=nl.silu)
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=silu1[0:128, 0:512])
+    for i_c in nl.affine_range(2):
+        x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 256:i_c * 256 + 256])
+        silu1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+        # silu: 1 instruction(s), proved
+        nisa.activation(dst=silu1[0:128, 0:256], data=x_t[0:128, 0:256], op=nl.silu)
+        nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 256:i_c * 256 + 256], src=silu1[0:128, 0:256])
     return out
