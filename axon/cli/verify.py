@@ -6,11 +6,8 @@ or a rank/shape mismatch); 3: neither could be shown (the undecided query and wh
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 
-from axon.errors import InputError
+from axon.frontend.loading import load_program
 from axon.frontend.program import Program
 from axon.verification import Status, Verifier
 
@@ -29,33 +26,7 @@ def add_arguments(parser) -> None:
 
 def load(spec: str) -> Program:
     """A program from `FILE.py:NAME` or a benchmark name; errors are one line (InputError)."""
-    path, sep, name = spec.rpartition(":")
-    if not sep:
-        from axon import suite
-        return suite.benchmark(spec)
-    if not os.path.isfile(path):
-        raise InputError(f"no such file: {path}")
-    module_name = "_axon_verify_" + "".join(ch if ch.isalnum() else "_" for ch in os.path.abspath(path))
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise InputError(f"cannot load {path} as a Python module")
-    module = sys.modules.get(module_name)
-    if module is None:
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[module_name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as err:
-            del sys.modules[module_name]
-            if isinstance(err, InputError):
-                raise
-            raise InputError(f"{path}: {type(err).__name__}: {err}") from None
-    if not hasattr(module, name):
-        raise InputError(f"{path} has no {name!r}")
-    program = getattr(module, name)
-    if not isinstance(program, Program):
-        raise InputError(f"{path}:{name} is not an @axon.program (it is a {type(program).__name__})")
-    return program
+    return load_program(spec)[0]
 
 
 def run(args) -> int:

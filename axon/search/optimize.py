@@ -13,7 +13,6 @@ Invariant: shared stage; Trainium appears only as the default target name.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Union
 
+from axon.frontend.loading import load_program
 from axon.errors import AxonError, InputError, UnsupportedError
 from axon.fusion.nodes import FUSION_MODES
 from axon.frontend.program import Program
@@ -90,27 +90,7 @@ def resolve_program(program: Union[Program, str]) -> tuple[Program, Optional[obj
     """A Program, a benchmark name, or FILE.py:FUNC."""
     if isinstance(program, Program):
         return program, None
-    text = str(program)
-    if ":" in text and text.split(":", 1)[0].endswith(".py"):
-        path, _, func = text.partition(":")
-        if not Path(path).is_file():
-            raise InputError(f"program file not found: {path}")
-        spec = importlib.util.spec_from_file_location(f"_axon_user_{Path(path).stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except AxonError:
-            raise
-        except Exception as err:
-            raise InputError(f"cannot import {path}: {type(err).__name__}: {err}") from None
-        prog = getattr(module, func, None)
-        if not isinstance(prog, Program):
-            raise InputError(f"{path}:{func} is not an @axon.program")
-        return prog, None
-    from axon.suite import get
-
-    bench = get(text)
-    return bench.program, bench
+    return load_program(str(program))
 
 
 def resolve_sizes(prog: Program, bench, sizes: Union[Mapping[str, int], str, None]) -> dict[str, int]:

@@ -275,16 +275,9 @@ class _Search:
         return trials
 
     def _valid_binding(self, binding, nodes) -> bool:
-        for size, divisor in self.constraints:
-            v = size.evaluate(binding)
-            if v.denominator != 1 or v.numerator % divisor:
-                return False
-        for n in nodes:
-            for d in n.shape:
-                v = d.evaluate(binding)
-                if v.denominator != 1 or not 1 <= v <= MAX_TILE:
-                    return False
-        return True
+        from axon.verification.numeric import valid_binding
+
+        return valid_binding(binding, nodes, self.constraints, max_size=MAX_TILE)
 
     def _pool(self, nodes, consts) -> list[Value]:
         pool: list[Value] = []

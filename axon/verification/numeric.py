@@ -38,8 +38,10 @@ def node_dims(nodes: Iterable[Node]) -> list[str]:
     return names
 
 
-def valid_binding(binding: Mapping[str, int], nodes: Sequence[Node], constraints) -> bool:
-    """Every size of every node is a positive integer and every divisibility precondition holds."""
+def valid_binding(binding: Mapping[str, int], nodes: Sequence[Node], constraints,
+                  max_size: Optional[int] = None) -> bool:
+    """Every size of every node is a positive integer (at most `max_size`, if given) and every
+    divisibility precondition holds."""
     for size, divisor in constraints:
         value = size.evaluate(binding)
         if value.denominator != 1 or value.numerator % divisor:
@@ -47,7 +49,7 @@ def valid_binding(binding: Mapping[str, int], nodes: Sequence[Node], constraints
     for node in nodes:
         for size in node.shape:
             value = size.evaluate(binding)
-            if value.denominator != 1 or value < 1:
+            if value.denominator != 1 or value < 1 or (max_size is not None and value > max_size):
                 return False
     return True
 

@@ -69,7 +69,7 @@ def test_verify_cli_benchmark_names(capsys):
     assert main(["verify", "softmax", "softmax"]) == 0
 
 
-@pytest.mark.parametrize("arg,message", [("missing.py:f", "no such file"), ("{}:nope", "has no 'nope'"),
+@pytest.mark.parametrize("arg,message", [("missing.py:f", "no such file"), ("{}:nope", "has no program 'nope'"),
                                          ("{}:not_a_program", "is not an @axon.program"),
                                          ("no_such_bench", "no benchmark named")])
 def test_verify_cli_errors_are_one_line(progs, capsys, arg, message):

@@ -9,7 +9,6 @@ Invariant: the same kernel, inputs, target and seed give the same report.
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import tempfile
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from axon.frontend.loading import load_from_file
 from axon.errors import InputError, KernelError
 from axon.targets.trainium.hardware import get_target
 from axon.targets.trainium.perfmodel import Estimate, estimate, write_perfetto
@@ -110,17 +110,9 @@ def load_reference(ref: str | Callable) -> Callable:
     path, _, func = str(ref).rpartition(":")
     if not path or not func:
         raise InputError(f"bad --reference {ref!r}; expected FILE.py:FUNC")
-    if not Path(path).is_file():
-        raise InputError(f"reference file not found: {path}")
-    spec = importlib.util.spec_from_file_location(f"_axon_reference_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:  # a user's file: report, don't crash
-        raise InputError(f"cannot import reference {path}: {type(err).__name__}: {err}") from None
-    fn = getattr(module, func, None)
+    fn = load_from_file(path, func, "reference function")
     if not callable(fn):
-        raise InputError(f"reference {path} has no function {func!r}")
+        raise InputError(f"reference {path}:{func} is not a function")
     return fn
 
 

@@ -65,7 +65,7 @@ def test_timing_only_needs_no_data():
     (["--input", "lhsT=256x128:bf17", "--input", "rhs=256x512:bfloat16"], "unknown dtype"),
     (["--input", "lhsT=256x128:bfloat16"], "missing input(s) for kernel parameter(s): rhs"),
     ([*SMALL, "--input", "bias=4:float32"], "not parameters of the kernel"),
-    ([*SMALL, "--reference", "nowhere.py:f"], "reference file not found"),
+    ([*SMALL, "--reference", "nowhere.py:f"], "no such file: nowhere.py"),
     ([*SMALL, "--inputs", "nowhere.npz"], "not found"),
     (["--input", "lhsT=256x128:bfloat16", "--input", "rhs=128x512:bfloat16"], ""),
 ])
