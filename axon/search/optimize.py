@@ -32,6 +32,9 @@ from axon.semantics.evaluate import check_constraints, dtype_named
 DEFAULT_BUDGET_S = 45.0  # ranking time; checks and the symbolic phase come on top (120 s in all)
 MAX_CHECKS = 3
 MODEL_SHORTLIST = 32  # candidates the performance model ranks, after the static traffic estimate
+# ...and past the shortlist, while ranking has taken less than this: the static estimate counts
+# traffic only, so engine balance and lowering alternatives are the model's to judge where it is cheap
+EXTRA_RANK_S = 8.0
 # numerics with data cost ~0.1 s per 1e10 multiply-adds in the NumPy simulator (gated_mlp at
 # llama3_8b, 3.6e11, checks in ~35 s idle and past the simulator's 120 s limit on a loaded
 # 2-core machine); above this a candidate is checked at fewer rows (below) and the report says so
@@ -169,27 +172,34 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
 
     # selection phase
     t1 = time.perf_counter()
-    shapes = prog.random_inputs(sizes, dtype=dtype, seed=seed)
+    shapes = prog.input_shapes(sizes, dtype=dtype)  # timing-only runs need no data
     # cheap first rank (estimated traffic), then the performance model on the most promising
     cands.sort(key=lambda c: c.static_cost)
     shortlist = cands[:MODEL_SHORTLIST]
     if not base_misfit and not any(c.key == baseline.key for c in shortlist):
         shortlist.append(baseline)
     say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation)")
-    ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say)
+    runs: dict = {} if out_dir is not None else None  # the fastest fresh run, kept for its trace
+    ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, runs=runs)
+    spent = time.perf_counter() - t1
+    rest = [c for c in cands[MODEL_SHORTLIST:] if c.key != baseline.key]
+    if rest and spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
+        say(f"ranking {len(rest)} more candidates while it stays cheap ({EXTRA_RANK_S - spent:.0f} s)")
+        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, runs=runs),
+                        key=lambda ct: ct[1].latency_ns)
     timed = {c.key: t for c, t in ranked}
     base_t = (Timing(float("inf"), 0.0, base_misfit) if base_misfit
               else timed.get(baseline.key) or rank(tgt, [baseline], shapes, cache, budget_s)[0][1])
     failed_sim = [c for c, t in ranked if t.error]
-    expected = prog.reference(**{k: v.astype("float32") for k, v in shapes.items()}) \
-        if _macs(prog.graph, sizes) <= FULL_CHECK_MACS else None
+    data = prog.random_inputs(sizes, dtype=dtype, seed=seed) if _macs(prog.graph, sizes) <= FULL_CHECK_MACS else None
+    expected = prog.reference(**{k: v.astype("float32") for k, v in data.items()}) if data else None
     winner, check, failed_numerics, checked = None, None, 0, 0
     check_sizes = {}
     for cand, t in ranked:
         if t.error or checked >= MAX_CHECKS:
             continue
         checked += 1
-        check, check_sizes[cand.key] = _check(prog, pool, cand, sizes, tgt, dtype, lowerer, shapes, expected, seed, say,
+        check, check_sizes[cand.key] = _check(prog, pool, cand, sizes, tgt, dtype, lowerer, data, expected, seed, say,
                                               t.latency_ns)
         if check.ok:
             winner = (cand, t)
@@ -197,7 +207,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         failed_numerics += 1
         say(f"  failed: {check.error or f'max |err| {check.max_abs_err:.3g} (scale {check.scale:.3g})'}")
     if winner is None and not base_t.error and baseline.key not in [c.key for c, _ in ranked[:checked]]:
-        check, check_sizes[baseline.key] = _check(prog, pool, baseline, sizes, tgt, dtype, lowerer, shapes, expected,
+        check, check_sizes[baseline.key] = _check(prog, pool, baseline, sizes, tgt, dtype, lowerer, data, expected,
                                                   seed, say, base_t.latency_ns)
         if check.ok:
             winner = (baseline, base_t)
@@ -227,7 +237,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source)
     result.report = _report(result, cand, counts)
     if out_dir is not None:
-        write_outputs(result, tgt, Path(out_dir), shapes)
+        write_outputs(result, tgt, Path(out_dir), shapes, runs.get(cand.source))
     say(f"best {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of roofline), "
         f"direct lowering {result.baseline_latency_ns / 1e3:.1f} us")
     return result
@@ -248,13 +258,13 @@ def _macs(graph, sizes) -> float:
     return total
 
 
-def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, shapes, expected, seed, say, latency_ns):
+def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, expected, seed, say, latency_ns):
     """Check `cand` with data: at full size, or (when `expected` is None: the full-size check is over
     FULL_CHECK_MACS) the same candidate, same tilings, emitted for one row block of its largest
     pass (the row dimension reduced, every other size kept). Returns (Check, the sizes checked)."""
     if expected is not None:
         say(f"checking candidate at {latency_ns / 1e3:.1f} us numerically at full size")
-        return check_candidate(tgt, cand.source, shapes, expected, dtype), dict(sizes)
+        return check_candidate(tgt, cand.source, data, expected, dtype), dict(sizes)
     from axon.fusion.nodes import RowWorld
     from axon.search.candidates import emit
 
@@ -303,14 +313,16 @@ def _instruction_stats(lowerer, cand: Candidate) -> dict:
             "winner_fusions": used}
 
 
-def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict) -> None:
+def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, measured=None) -> None:
+    """The kernel, its Perfetto trace (from `measured`, the winner's timing run with its schedule,
+    or a fresh timing-only run) and the JSON report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{result.benchmark}_{result.target}"
     kpath = out_dir / f"{stem}{tgt.kernel_suffix}"
     kpath.write_text(result.kernel_source)
     result.kernel_path = str(kpath)
     try:
-        m = tgt.run(result.kernel_source, shapes, timing_only=True, keep_schedule=True)
+        m = measured or tgt.run(result.kernel_source, shapes, timing_only=True, keep_schedule=True)
         tpath = out_dir / f"{stem}.trace.json"
         tgt.write_trace(m, tpath)
         result.trace_path = str(tpath)
