@@ -87,11 +87,12 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
 
 
 def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype: str, lowerer) -> str:
-    em = target.emitter(dtype)
-    em.sizes = dict(sizes)
-    builder = KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options)
-    # two builds: the first collects which lowering source served each operator for the header
-    builder.build(graph_name, [])
+    ops = {n.op.value for p in cand.passes for n in p.group.nodes}
+    if not ops <= set(lowerer.sources):
+        # a first build collects which lowering source served each operator, for the header
+        em = target.emitter(dtype)
+        em.sizes = dict(sizes)
+        KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options).build(graph_name, [])
     em = target.emitter(dtype)
     em.sizes = dict(sizes)
     builder = KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options)
@@ -128,6 +129,8 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
     # engine placement is Axon's choice where the target has engines to spread over; the direct
     # lowering keeps every instruction on its default engine
     engines = "balanced" if getattr(target, "engine_balance", False) else "default"
+    # intermediates in a half-precision kernel's own dtype are a choice too (Options.precision)
+    precisions = ("f32",) if dtype == "float32" else ("f32", "kernel")
     out: list[Candidate] = []
     seen: set[str] = set()
     for vi, (graph, rewrites) in enumerate(variants):
@@ -162,34 +165,40 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
             if any(not f for f in per_group):
                 continue
             combos = list(itertools.islice(itertools.product(*per_group), per_combo))
-            # lowering alternatives (Lowerer.program `alt`): tried on every combo once the first
-            # combo shows that some phase of this layout has one (else its source repeats alt 0's)
-            alts = list(range(1 + _max_alternatives(lowerer)))
+            # lowering alternatives (Lowerer.program `alt`) in order, per combo until one repeats an
+            # earlier source (an index past a phase's alternatives gives its fused program again)
             for stationary in _stationary_options(world, target):
-                for ci, combo in enumerate(combos):
-                    for alt in alts:
-                        cand = Candidate(vi, rewrites, mode,
-                                         Options(stationary=stationary, engines=engines, lowering=alt),
-                                         tuple(Pass(g, t) for g, t in zip(gs, combo)))
-                        try:
-                            cand.source = emit(name, target, world, cand, sizes, dtype, lowerer)
-                        except UnsupportedError as err:
-                            counts.unsupported += 1
-                            if str(err) not in counts.reasons:
-                                counts.reasons.append(str(err))
-                            continue
-                        if cand.key in seen:
-                            if alt and ci == 0:
-                                alts = [a for a in alts if a < alt]  # no such alternative here
-                                break
-                            continue
-                        cand.static_cost = static_cost(world, cand, sizes, dtype)
-                        seen.add(cand.key)
-                        out.append(cand)
-                        counts.generated += 1
+                for combo in combos:
+                    for alt in range(1 + _max_alternatives(lowerer)):
+                        fresh = [_candidate(name, target, world, sizes, dtype, lowerer, counts, seen,
+                                            Candidate(vi, rewrites, mode,
+                                                      Options(stationary=stationary, engines=engines, lowering=alt,
+                                                              precision=precision),
+                                                      tuple(Pass(g, t) for g, t in zip(gs, combo))))
+                                 for precision in precisions]
+                        out.extend(c for c in fresh if c is not None)
+                        if alt and fresh[0] is None:
+                            break
         if progress:
             progress(f"variant {vi}: {counts.generated} candidates so far")
     return out
+
+
+def _candidate(name, target, world, sizes, dtype, lowerer, counts: Counts, seen: set, cand: Candidate):
+    """`cand` with its source, or None when it cannot be emitted or repeats an earlier source."""
+    try:
+        cand.source = emit(name, target, world, cand, sizes, dtype, lowerer)
+    except UnsupportedError as err:
+        counts.unsupported += 1
+        if str(err) not in counts.reasons:
+            counts.reasons.append(str(err))
+        return None
+    if cand.key in seen:
+        return None
+    cand.static_cost = static_cost(world, cand, sizes, dtype)
+    seen.add(cand.key)
+    counts.generated += 1
+    return cand
 
 
 def _max_alternatives(lowerer) -> int:

@@ -16,9 +16,11 @@ table of operator -> instruction anywhere. Three levels, all cached per pattern:
     transposed (the layout the tiling gives it).
 
 Second round of propagation (paper step 8): the IR meaning of each fused program (what its steps
-compute, `sequence_meaning`) is handed to `discover` under tight guards; its proved rewrites are
-counted, and variants whose re-lowering is cheaper are counted too (`second_round_cheaper`) but not
-used yet (see `_second_round`).
+compute, `sequence_meaning`, over the phase's inputs a_k) is handed to `discover` under tight
+guards; its proved variants are re-lowered over the a_k, and the cheapest, when it beats the fused
+program (`second_round_cheaper`), replaces it (`second_round_used`), its outputs bound by position
+to the graph nodes the fused program gives. The meaning is shared by phases of different variants
+(whose graph nodes differ), so only the a_k form is cached per meaning and operand memories.
 
 Invariant: shared stage; the target object (its synthesizer and `can_emit`) is the only source of
 instruction knowledge, and every program is proved step by step (or marked unproved when no
@@ -32,7 +34,7 @@ from typing import Optional, Sequence
 
 from axon.errors import AxonError, UnsupportedError
 from axon.ir import Graph, Node
-from axon.semantics.ops import Op
+from axon.semantics.ops import OP_SPECS, Op, OpKind
 from axon.semantics.sizes import Size
 
 PROVED = "proved"
@@ -40,7 +42,7 @@ SECOND_ROUND_BUDGET_S = 4.0  # per Lowerer (one optimize run): propagation over 
 
 
 GROUP_SKETCHES = 12_000  # per group pattern (the synthesizer's default is 60,000 for one operator)
-MAX_ALTERNATIVES = 2  # lowering alternatives per phase beyond the fused program (a search dimension)
+MAX_ALTERNATIVES = 4  # lowering alternatives per phase beyond the fused program (a search dimension)
 GROUP_MISSES = 6  # 3-operator group patterns per run that may come back without a shorter lowering
 
 
@@ -191,23 +193,28 @@ class Lowerer:
         return prog
 
     def _alternatives(self, key, prog: Program, nodes, needed, memories) -> list:
-        """The phase's other proved lowerings: the same units with one kind of instruction fusion
-        left undone (its pair of instructions may spread over two engines where the fused
-        instruction holds one), at most MAX_ALTERNATIVES, each different from the fused program.
-        Which is faster is the performance model's call (the candidates carry the choice)."""
+        """The phase's other proved lowerings, at most MAX_ALTERNATIVES, each different from the
+        fused program: the same units with one kind of instruction fusion left undone (its pair of
+        instructions may spread over two engines where the fused instruction holds one), then
+        reductions *offloaded* (each takes its cheapest proved lowering on another engine than its
+        cheapest one's, alone and with the last fusion undone). Which is faster is the performance
+        model's call (the candidates carry the choice)."""
         akey = ("alt",) + key
         if akey not in self.programs:
-            out = []
             pairs = []
             for f in prog.fusions:
                 pair = tuple(f.split("->")[0].split("+"))
                 if pair not in pairs:
                     pairs.append(pair)
-            for pair in pairs[::-1]:  # the last fusions applied (the wide element-wise tail) first
+            # the last fusions applied (the wide element-wise tail) first
+            policies = [(frozenset({pair}), False) for pair in pairs[::-1][:2]] + [(frozenset(), True)] + \
+                [(frozenset({pair}), True) for pair in pairs[::-1][:1]]
+            out = []
+            for blocked, offload in policies:
                 if len(out) >= MAX_ALTERNATIVES:
                     break
                 try:
-                    p = self._program(nodes, needed, memories, blocked=frozenset({pair}))
+                    p = self._program(nodes, needed, memories, blocked=blocked, offload=offload)
                 except AxonError:
                     continue
                 if p.steps != prog.steps and p.status == prog.status and \
@@ -224,7 +231,7 @@ class Lowerer:
         prog = self.program(nodes, needed, memories)
         return len(self._alternatives((nodes, needed, mkey), prog, nodes, needed, dict(memories or {})))
 
-    def _program(self, nodes, needed, memories, blocked=frozenset()) -> Program:
+    def _program(self, nodes, needed, memories, blocked=frozenset(), offload=False) -> Program:
         from axon.synthesis import abstract
 
         outs = list(needed) or [nodes[-1]]
@@ -240,13 +247,15 @@ class Lowerer:
             if self.groups:
                 for k in (3, 2):
                     win = nodes[i:i + k]
+                    if offload and any(OP_SPECS[n.op].kind is OpKind.REDUCE for n in win):
+                        continue  # the reduction is lowered alone, on its other engine
                     if len(win) == k and _connected(win):
                         unit = self._group_unit(win, nodes, needed, memories)
                         if unit is not None:
                             break
             if unit is None:
                 win = nodes[i:i + 1]
-                unit = self._single_unit(win[0], memories)
+                unit = self._single_unit(win[0], memories, offload)
             ab, lw = unit
             if len(win) > 1:
                 groups.append("+".join(n.op.value for n in win))
@@ -278,16 +287,21 @@ class Lowerer:
             i += len(win)
         outputs = tuple((n, produced[n]) for n in outs)
         prog = self._finish(phase, steps, outputs, memories, groups, blocked)
-        if self.second and not blocked:
+        if self.second and not blocked and not offload:
             prog = self._second_round(prog, phase, nodes, needed, memories)
         return prog
 
-    def _single_unit(self, node, memories):
+    def _single_unit(self, node, memories, offload=False):
         mem = _memories_for([node], [node], memories)
         ab, found = self._lowerings([node], [node], mem)
         found = [lw for lw in found if not _reads_transposed(lw)]
         if not found:
             self._fail(f"{node.op.value}({', '.join(i.op.value for i in node.inputs)})")
+        if offload and OP_SPECS[node.op].kind is OpKind.REDUCE:
+            engines = lambda lw: {self.synthesizer.spec(st.instruction).engine for st in lw.steps}
+            other = [lw for lw in found[1:] if not engines(lw) & engines(found[0])]
+            if other:
+                return ab, other[0]
         return ab, found[0]
 
     def _group_unit(self, win, nodes, needed, memories):
@@ -356,7 +370,6 @@ class Lowerer:
         """Propagation over the program's IR meaning; a cheaper re-lowered variant replaces it."""
         if self.stats["second_round_s"] > SECOND_ROUND_BUDGET_S or not 2 <= len(prog.steps) <= 6:
             return prog
-        from axon.rewriting import discover
         from axon.synthesis import sequence_meaning
         from axon.synthesis.pattern import pattern_inputs
 
@@ -365,61 +378,71 @@ class Lowerer:
             inputs = {int(n.params.name[1:]): n for n in pattern_inputs(phase.pattern)}
             meaning = sequence_meaning(self.synthesizer.spec, inputs, prog.steps, [a for _, a in prog.outputs])
             graph = Graph(tuple(inputs[k] for k in sorted(inputs)), tuple(meaning))
-            key = graph.outputs
-            if key in self._second_seen:
-                proved, best = self._second_seen[key]
-            else:
-                nu, _ = discover(graph, guards=_second_round_guards())
-                proved = sum(1 for p in nu.proofs if p.status == "PROVED")
-                best = None
-                for v in nu.extract_variants(limit=4)[1:]:
-                    try:
-                        cand = self._relower(v.graph, phase, prog, memories)
-                    except AxonError:
-                        continue
-                    if cand is not None and cand.cost < (best or prog).cost - 1e-9:
-                        best = cand
-                self._second_seen[key] = (proved, best)
-                self.stats["second_round_proved"] += proved
-            if best is not None:
-                # a cheaper re-lowering of a proved variant exists; it is counted, not yet used:
-                # re-lowered programs lost a store in the emitted kernel (caught by the numerical
-                # check on rmsnorm at the quick size), so the fused program stays until that is fixed
-                self.stats["second_round_cheaper"] = self.stats.get("second_round_cheaper", 0) + 1
+            # the meaning is over the a_k, so phases of different variants share it: what is kept
+            # per meaning is a re-lowering over the a_k, bound to each phase's own graph nodes below
+            mem = tuple(sorted((f"a{k}", memories[g]) for k, g in enumerate(phase.operands) if g in memories))
+            key = (graph.outputs, mem)
+            if key not in self._second_seen:
+                self._second_seen[key] = self._cheapest_variant(graph, mem)
+            found = self._second_seen[key]
+            if found is None or found.cost >= prog.cost - 1e-9 or found.status != prog.status:
+                return prog
+            self.stats["second_round_cheaper"] = self.stats.get("second_round_cheaper", 0) + 1
+            self.stats["second_round_used"] += 1
+            return _bind(found, phase, prog)
         except AxonError:
             pass
         finally:
             self.stats["second_round_s"] += time.perf_counter() - start
         return prog
 
-    def _relower(self, graph: Graph, phase, prog: Program, memories) -> Optional[Program]:
-        """Lower a variant of a program's meaning (over the phase's a_k) back to a Program over
-        the phase's graph operands."""
+    def _cheapest_variant(self, graph: Graph, mem) -> Optional[Program]:
+        """The cheapest re-lowering, over the meaning's inputs a_k, of the proved variants of
+        `graph` (a program's meaning); None when no variant lowers."""
+        from axon.rewriting import discover
+
+        nu, _ = discover(graph, guards=_second_round_guards())
+        self.stats["second_round_proved"] += sum(1 for p in nu.proofs if p.status == "PROVED")
+        best = None
+        for v in nu.extract_variants(limit=4)[1:]:
+            try:
+                cand = self._relower(v.graph, dict(mem))
+            except AxonError:
+                continue
+            if cand is not None and (best is None or cand.cost < best.cost - 1e-9):
+                best = cand
+        return best
+
+    def _relower(self, graph: Graph, memories: dict) -> Optional[Program]:
+        """Lower a variant of a program's meaning to a Program over the variant's inputs a_k, its
+        outputs in the order of `graph.outputs` (`_program` keeps `needed` in order), which is the
+        meaning's (the e-graph keeps its roots in order); `memories`: a_k name -> memory."""
         inner_nodes = [n for n in graph.nodes() if n.op not in (Op.INPUT, Op.CONST)]
         if any(n.op is Op.TRANSPOSE or n.op is Op.MATMUL for n in inner_nodes):
             return None
+        if any(o.op in (Op.INPUT, Op.CONST) for o in graph.outputs):
+            return None  # an output that is an operand or a constant: nothing for a program to write
         sub = Lowerer.__new__(Lowerer)
         sub.__dict__.update(self.__dict__)
         sub.second = False
         sub.programs = {}
         sub.stats = dict(self.stats)
-        inner_mem = {}
-        by_name = {f"a{k}": g for k, g in enumerate(phase.operands)}
-        for n in graph.inputs:
-            if by_name[n.params.name] in memories:
-                inner_mem[n] = memories[by_name[n.params.name]]
-        if any(o.op in (Op.INPUT, Op.CONST) for o in graph.outputs):
-            return None  # an output that is an operand or a constant: nothing for a program to write
-        p = sub._program(tuple(inner_nodes), tuple(graph.outputs), inner_mem)
-        if len(p.outputs) != len(prog.outputs):
-            return None
-        # translate: operands are the meaning's INPUT nodes a_k -> the phase's graph operands
-        operands = tuple(by_name[n.params.name] for n in p.operands)
-        names = {canon: orig for canon, orig in phase.dims}
-        dims = tuple((canon, names.get(inner, inner)) for canon, inner in p.dims)
-        outputs = tuple((g, a) for (g, _), (_, a) in zip(prog.outputs, p.outputs))
-        return replace(p, operands=operands, outputs=outputs, dims=dims,
-                       second_round=f"{len(prog.steps)} -> {len(p.steps)} instructions")
+        inner_mem = {n: memories[n.params.name] for n in graph.inputs if n.params.name in memories}
+        return sub._program(tuple(inner_nodes), tuple(graph.outputs), inner_mem)
+
+
+def _bind(found: Program, phase, prog: Program) -> Program:
+    """A re-lowering of `prog`'s meaning (`_relower`, over the a_k) as a program over the phase's
+    graph operands giving the graph nodes `prog` gives: output k of the meaning is the value of
+    prog.outputs[k], and so is output k of every proved variant of it."""
+    by_name = {f"a{k}": g for k, g in enumerate(phase.operands)}
+    operands = tuple(by_name[n.params.name] for n in found.operands)
+    names = {canon: orig for canon, orig in phase.dims}
+    dims = tuple((canon, names.get(inner, inner)) for canon, inner in found.dims)
+    outputs = tuple((g, a) for (g, _), (_, a) in zip(prog.outputs, found.outputs))
+    return replace(found, operands=operands, outputs=outputs, dims=dims,
+                   second_round=f"{len(prog.steps)} -> {len(found.steps)} instructions, "
+                                f"cost {prog.cost:g} -> {found.cost:g}")
 
 
 def _widened_inputs(pattern, steps) -> dict:

@@ -48,6 +48,10 @@ class Options:
     engines: str = "default"  # "default": each instruction on its usual engine; "balanced": the emitter
     # spreads element-wise instructions over the engines that can run them (where the target can)
     lowering: int = 0  # which lowering alternative of each phase's program (Lowerer.program `alt`)
+    # wide intermediates (anything more than one column per row) in "f32" or in the "kernel"'s
+    # dtype: half the bytes, and bf16 element-wise instructions take their fast paths; per-row
+    # statistics and accumulators stay f32. The numerical check decides whether it is precise enough
+    precision: str = "f32"
 
 
 def _ex(*terms) -> str:
@@ -93,6 +97,8 @@ class KernelBuilder:
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
         if hasattr(emitter, "balance"):
             emitter.balance = options.engines == "balanced"
+        if hasattr(emitter, "wide_dtype"):
+            emitter.wide_dtype = options.precision
         self.hbm: dict[Node, str] = {}  # node -> HBM tensor name (inputs, scratch)
         self.outputs: dict[Node, tuple[str, bool]] = {}  # node -> (output name, stored transposed)
         self.vectors: dict[Node, str] = {}

@@ -44,8 +44,12 @@ _OP_NAMES = {"sub": "subtract", "mul": "multiply", "div": "divide", "max": "maxi
 
 
 class NkiEmitter:
-    def __init__(self, dtype: str = "bfloat16"):
+    def __init__(self, dtype: str = "bfloat16", clocks: dict | None = None, scalar_copies: bool = False):
+        """`clocks`: GHz per engine name (for engine placement); `scalar_copies`: the Scalar Engine
+        runs tensor_scalar and tensor_copy (NeuronCore-v3)."""
         self.dtype = dtype
+        self.clocks = clocks or {"vector": 0.96, "gpsimd": 1.2, "scalar": 1.2}
+        self.scalar_copies = scalar_copies
         self.lines: list[str] = []
         self.pre: list[str] = []  # kernel-level set-up printed before the body (constant tiles)
         self.consts: dict[tuple, str] = {}
@@ -58,7 +62,9 @@ class NkiEmitter:
         self.header: list[str] = []
         self.sizes: dict[str, int] = {}  # binds symbolic constants (a mean's k)
         self.balance = False  # spread tensor_tensor / tensor_scalar / tensor_copy over Vector and GpSimd
-        self.load = {"vector": 0.0, "gpsimd": 0.0}  # ns of element-wise work placed so far (balance)
+        self.load = {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}  # ns of work placed so far (balance)
+        self.wide_dtype = "f32"  # what an f32 tile wider than one column is allocated as ("kernel": DT)
+        self._prescanned = False  # inside `program`, whose Vector-only load was counted up front
 
     # -- names and lines --------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -115,6 +121,8 @@ class NkiEmitter:
     def alloc(self, prefix: str, partitions: int, free: int, dtype: str) -> str:
         name = self.fresh(prefix)
         mem = "psum" if dtype == "accum" else "sbuf"
+        if dtype == "f32" and free > 1:
+            dtype = self.wide_dtype
         dt = "nl.float32" if dtype == "accum" else _DTYPE[dtype]
         self.tile_dtype[name] = "f32" if dtype in ("accum", "f32") else "kernel"
         self.tile_mem[name] = mem
@@ -149,11 +157,11 @@ class NkiEmitter:
         self.line(f"nisa.tensor_copy(dst={dst}, src={src}{eng})")
 
     # -- engine placement (balance) -----------------------------------------------------------------
-    # Vector Engine 0.96 GHz, GpSimd 1.2 GHz on NeuronCore-v3; tensor_tensor streams at 2 cycles per
-    # element except on the Vector Engine with all-bf16 add/sub/mul (1 cycle); GpSimd cannot reach
-    # PSUM. Placing greedily on the less loaded engine approximates the model's per-engine streams
-    # (the kernel body is repeated uniformly, so balancing the text balances every iteration).
-    _CLOCK = {"vector": 0.96, "gpsimd": 1.2}
+    # tensor_tensor streams at 2 cycles per element except on the Vector Engine with all-bf16
+    # add/sub/mul (1 cycle); GpSimd cannot reach PSUM; on NeuronCore-v3 the Scalar Engine runs
+    # tensor_scalar and tensor_copy too [isa]. Placing greedily on the least loaded engine (in ns, at
+    # each engine's clock) approximates the model's per-engine streams (the kernel body is repeated
+    # uniformly, so balancing the text balances every iteration).
 
     def _width(self, view: str) -> int:
         m = re.match(r"^\w+\[0:\d+, (.+?):(.+)\]$", view)
@@ -165,36 +173,46 @@ class NkiEmitter:
         tail = stop.rsplit("+ ", 1)[-1]
         return int(tail) if tail.isdigit() else 512
 
-    # instructions only the Vector Engine runs, with their cycles per element: they load it too
-    _VECTOR_ONLY = {"tensor_reduce": 1.0, "scalar_tensor_tensor": 2.0, "tensor_tensor_scan": 2.0,
-                    "tensor_scalar_reduce": 1.0}
+    # instructions only one engine runs, with their cycles per element: they load it too
+    _FIXED = {"tensor_reduce": ("vector", 1.0), "scalar_tensor_tensor": ("vector", 2.0),
+              "tensor_tensor_scan": ("vector", 2.0), "tensor_scalar_reduce": ("vector", 1.0),
+              "activation": ("scalar", 1.0), "activation_reduce": ("scalar", 1.0)}
+    _READS_DATA = ("tensor_reduce", "tensor_scalar_reduce", "activation_reduce")  # N is the input's width
     _DST = re.compile(r"^nisa\.(\w+)\(dst=(\w+\[0:\d+, [^\]]+\])")
 
+    def _charge(self, engine: str, cycles: float) -> None:
+        self.load[engine] += (60 + cycles) / self.clocks[engine]
+
     def _note_fixed(self, text: str) -> None:
+        if self._prescanned:
+            return
         m = self._DST.match(text)
-        if m and m.group(1) in self._VECTOR_ONLY and "engine=" not in text:
+        if m and m.group(1) in self._FIXED and "engine=" not in text:
             width = self._width(m.group(2))
-            if m.group(1) in ("tensor_reduce", "tensor_scalar_reduce"):
+            if m.group(1) in self._READS_DATA:
                 src = re.search(r"data=(\w+\[0:\d+, [^\]]+\])", text)
                 width = self._width(src.group(1)) if src else width
-            self.load["vector"] += (60 + self._VECTOR_ONLY[m.group(1)] * width) / self._CLOCK["vector"]
+            engine, per = self._FIXED[m.group(1)]
+            self._charge(engine, per * width)
 
     def _engine(self, instruction: str, reads: list, dst: str, width: int, op: str = "") -> str:
-        """`, engine=...` for the instruction, or '' for its default engine."""
+        """`, engine=...` for the instruction, or '' for its default engine (Vector)."""
         if not self.balance:
             return ""
         tiles = [self._base(x) for x in reads + [dst] if isinstance(x, str)]
-        if any(self.tile_mem.get(t) == "psum" for t in tiles):  # GpSimd cannot read PSUM
-            self.load["vector"] += (60 + width) / self._CLOCK["vector"]
-            return ""
+        psum = any(self.tile_mem.get(t) == "psum" for t in tiles)
         half = self.dtype in ("bfloat16", "float16") and all(self.tile_dtype.get(t) == "kernel" for t in tiles)
-        per = {"vector": 2.0, "gpsimd": 2.0} if instruction == "tensor_tensor" else {"vector": 1.0, "gpsimd": 1.0}
-        if instruction == "tensor_tensor" and half and op in ("add", "sub", "subtract", "mul", "multiply"):
-            per["vector"] = 1.0
-        cost = {e: (60 + per[e] * width) / self._CLOCK[e] for e in per}
+        if instruction == "tensor_tensor":
+            per = {"vector": 1.0 if half and op in ("add", "sub", "subtract", "mul", "multiply") else 2.0,
+                   "gpsimd": 2.0}
+        else:
+            per = {"vector": 1.0, "gpsimd": 1.0, **({"scalar": 1.0} if self.scalar_copies else {})}
+        if psum:
+            per.pop("gpsimd")  # GpSimd cannot reach PSUM
+        cost = {e: (60 + per[e] * width) / self.clocks[e] for e in per}
         best = min(per, key=lambda e: (self.load[e] + cost[e], e != "vector"))
         self.load[best] += cost[best]
-        return "" if best == "vector" else ", engine=nisa.engine.gpsimd"
+        return "" if best == "vector" else f", engine=nisa.engine.{best}"
 
     def broadcast_vector(self, dst: str, src: str, n: int, partitions: int) -> None:
         """dst[P, n] = src[n] on every partition: ones[1, P]^T @ src[1, n] on the Tensor Engine."""
@@ -204,8 +222,8 @@ class NkiEmitter:
         self.line(f"nisa.memset(dst={one}, value=1.0)")
         self.line(f"{row} = nl.ndarray((1, {n}), dtype=nl.float32, buffer=nl.sbuf)")
         self.line(f"nisa.dma_copy(dst={row}, src={src}.reshape((1, {n})))")
-        self.line(f"{dst} = nl.ndarray(({partitions}, {n}), dtype=nl.float32, buffer=nl.sbuf)")
-        self.tile_dtype[dst] = "f32"
+        self.tile_dtype[dst] = "f32" if self.wide_dtype == "f32" else "kernel"
+        self.line(f"{dst} = nl.ndarray(({partitions}, {n}), dtype={_DTYPE[self.tile_dtype[dst]]}, buffer=nl.sbuf)")
         w = min(512, n)
         for count, width, c0 in ((n // w, w, f"i_c * {w}"), (1 if n % w else 0, n % w, str(n - n % w))):
             if not count:
@@ -297,8 +315,32 @@ class NkiEmitter:
         """Print a synthesized `Program`: operand k is operands[k] (a tile expression or a number);
         dsts[(step, output)] is where a needed value goes; other step outputs get f32 temporaries,
         reused once dead (an element-wise instruction may write over the operand it reads last)."""
-        from axon.targets.trainium.isa import INSTRUCTIONS
+        if self.balance:
+            self._charge_fixed(prog, operands, width_of)
+            self._prescanned = True
+        try:
+            self._program_steps(prog, operands, dsts, partitions, width_of, binding)
+        finally:
+            self._prescanned = False
+
+    def _charge_fixed(self, prog, operands, width_of) -> None:
+        """Charge the program's single-engine instructions before any flexible one is placed: the
+        greedy placement then sees the program's whole fixed load."""
+        for i, st in enumerate(prog.steps):
+            if st.instruction not in self._FIXED:
+                continue
+            data = st.arg("data")
+            if st.instruction in self._READS_DATA and data is not None:
+                width = (width_of(prog.widths[(data.index, data.output)]) if data.kind == "step" else
+                         self._width(str(operands[data.index])) if data.kind == "operand" else 1)
+            else:
+                width = max((width_of(w) for (j, _), w in prog.widths.items() if j == i), default=1)
+            engine, per = self._FIXED[st.instruction]
+            self._charge(engine, per * width)
+
+    def _program_steps(self, prog, operands: list, dsts: dict, partitions: int, width_of, binding: dict) -> None:
         from axon.synthesis.spec import Form
+        from axon.targets.trainium.isa import INSTRUCTIONS
 
         specs = {s.name: s for s in INSTRUCTIONS}
         last: dict = {}

@@ -28,7 +28,8 @@ class TrainiumTarget:
         self.name = self.hw.name
         self.kernel_suffix = ".py"
         self.dma_transpose = self.name == "trn2"  # DMA transpose is a NeuronCore-v3 feature
-        # Vector and GpSimd take turns on SBUF on NeuronCore-v2, so spreading work over them pays on v3 only
+        # Vector and GpSimd take turns on SBUF on NeuronCore-v2, so spreading work over them pays on v3
+        # only; v3's Scalar Engine also runs tensor_scalar and tensor_copy [isa tensor_copy]
         self.engine_balance = self.name == "trn2"
 
     def limits(self) -> Limits:
@@ -41,7 +42,10 @@ class TrainiumTarget:
     def emitter(self, dtype: str):
         from axon.targets.trainium.emitter import NkiEmitter
 
-        return NkiEmitter(dtype)
+        from axon.targets.trainium.trace import Engine
+
+        clocks = {e.value: self.hw.engines[e].clock_ghz for e in (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)}
+        return NkiEmitter(dtype, clocks, scalar_copies=self.engine_balance)
 
     def synthesizer(self):
         """The synthesis stage over this target's instruction specs: the only source of lowerings

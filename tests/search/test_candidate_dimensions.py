@@ -1,0 +1,70 @@
+"""The candidate dimensions the performance model judges: wide intermediates in bf16, reductions
+offloaded to another engine, Scalar-Engine placement on trn2. Each kernel still matches the
+reference, and each dimension really changes the kernel."""
+import re
+
+from axon.search.candidates import Counts, enumerate_candidates
+from axon.search.lowering import Lowerer
+from axon.search.select import compare
+from axon.suite import SUITE
+from axon.targets.trainium.target import TrainiumTarget
+
+TRN2 = TrainiumTarget("trn2")
+
+
+def _candidates(name, sizes, target=TRN2, dtype="bfloat16"):
+    b = SUITE[name]
+    lw = Lowerer(target)
+    return enumerate_candidates(name, [(b.program.graph, ())], sizes, target, dtype, lw, Counts()), lw
+
+
+def _check(name, sizes, cand, target=TRN2):
+    b = SUITE[name]
+    inputs = b.program.random_inputs(sizes, "bfloat16", seed=4)
+    want = b.program.reference(**{k: v.astype("float32") for k, v in inputs.items()})
+    m = target.run(cand.source, inputs, timing_only=False)
+    return compare(m.outputs, want, "bfloat16")
+
+
+def test_bf16_intermediates_are_a_choice_and_stay_correct():
+    sizes = SUITE["layernorm"].sizes("small")
+    cands, _ = _candidates("layernorm", sizes)
+    wide_f32 = re.compile(r"nl\.ndarray\(\(128, (\d+)\), dtype=nl\.float32, buffer=nl\.sbuf\)")
+    low = [c for c in cands if c.options.precision == "kernel"]
+    assert low and all(c.options.precision == "f32" or not any(int(w) > 1 for w in wide_f32.findall(c.source))
+                       for c in cands)
+    assert any(int(w) > 1 for c in cands if c.options.precision == "f32" for w in wide_f32.findall(c.source))
+    for cand in low[:2]:
+        assert _check("layernorm", sizes, cand).ok, cand.describe()
+
+
+def test_float32_kernels_keep_float32_intermediates():
+    cands, _ = _candidates("layernorm", SUITE["layernorm"].sizes("small"), dtype="float32")
+    assert {c.options.precision for c in cands} == {"f32"}
+
+
+def test_a_reduction_can_be_offloaded_to_the_scalar_engine():
+    sizes = SUITE["layernorm"].sizes("small")
+    cands, lw = _candidates("layernorm", sizes)
+    # the mean's sum: VectorE tensor_reduce in the fused program, ScalarE activation_reduce(copy) in an alternative
+    copy_reduce = [c for c in cands if "op=nl.copy, reduce_op=nl.add" in c.source]
+    assert copy_reduce and all(c.options.lowering > 0 for c in copy_reduce)
+    assert any("nisa.tensor_reduce(" in c.source for c in cands if c.options.lowering == 0)
+    assert _check("layernorm", sizes, copy_reduce[0]).ok
+    assert lw.statuses == [] or set(lw.statuses) <= {"proved"}
+
+
+def test_scalar_engine_placement_on_trn2_only():
+    sizes = SUITE["softmax_matmul"].sizes("small")
+    on_scalar = [c for c in _candidates("softmax_matmul", sizes)[0] if "engine=nisa.engine.scalar" in c.source]
+    assert on_scalar
+    assert _check("softmax_matmul", sizes, on_scalar[0]).ok
+    trn1 = TrainiumTarget("trn1")  # NeuronCore-v2's Scalar Engine has no tensor_copy / tensor_scalar
+    assert not any("engine=nisa.engine.scalar" in c.source for c in _candidates("softmax_matmul", sizes, trn1)[0])
+
+
+def test_input_shapes_make_no_data():
+    b = SUITE["gated_mlp"]
+    shapes = b.program.input_shapes(b.sizes("llama3_70b"), "bfloat16")
+    assert shapes["w1"].shape == (8192, 28672) and str(shapes["w1"].dtype) == "bfloat16"
+    assert not hasattr(shapes["w1"], "__array__")
