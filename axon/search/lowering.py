@@ -197,8 +197,8 @@ class Lowerer:
         fused program: the same units with one kind of instruction fusion left undone (its pair of
         instructions may spread over two engines where the fused instruction holds one), then
         reductions *offloaded* (each takes its cheapest proved lowering on another engine than its
-        cheapest one's, alone and with the last fusion undone). Which is faster is the performance
-        model's call (the candidates carry the choice)."""
+        cheapest one's), alone, with every operator lowered alone and unfused, and with the last
+        fusion undone. Which is faster is the performance model's call (the candidates carry it)."""
         akey = ("alt",) + key
         if akey not in self.programs:
             pairs = []
@@ -206,15 +206,19 @@ class Lowerer:
                 pair = tuple(f.split("->")[0].split("+"))
                 if pair not in pairs:
                     pairs.append(pair)
-            # the last fusions applied (the wide element-wise tail) first
-            policies = [(frozenset({pair}), False) for pair in pairs[::-1][:2]] + [(frozenset(), True)] + \
-                [(frozenset({pair}), True) for pair in pairs[::-1][:1]]
+            # (fusions left undone, reductions offloaded, operator groups): the last fusions applied
+            # (the wide element-wise tail) first; then offloaded, and offloaded with every unit
+            # alone and none of the fused program's fusions, in either order (each instruction
+            # free to move)
+            policies = [(frozenset({pair}), False, True) for pair in pairs[::-1][:2]] + \
+                [(frozenset(), True, True), (frozenset(pairs + [p[::-1] for p in pairs]), True, False)] + \
+                [(frozenset({pair}), True, True) for pair in pairs[::-1][:1]]
             out = []
-            for blocked, offload in policies:
+            for blocked, offload, grouped in policies:
                 if len(out) >= MAX_ALTERNATIVES:
                     break
                 try:
-                    p = self._program(nodes, needed, memories, blocked=blocked, offload=offload)
+                    p = self._program(nodes, needed, memories, blocked=blocked, offload=offload, grouped=grouped)
                 except AxonError:
                     continue
                 if p.steps != prog.steps and p.status == prog.status and \
@@ -231,7 +235,7 @@ class Lowerer:
         prog = self.program(nodes, needed, memories)
         return len(self._alternatives((nodes, needed, mkey), prog, nodes, needed, dict(memories or {})))
 
-    def _program(self, nodes, needed, memories, blocked=frozenset(), offload=False) -> Program:
+    def _program(self, nodes, needed, memories, blocked=frozenset(), offload=False, grouped=True) -> Program:
         from axon.synthesis import abstract
 
         outs = list(needed) or [nodes[-1]]
@@ -244,7 +248,7 @@ class Lowerer:
         i = 0
         while i < len(nodes):
             unit = None
-            if self.groups:
+            if self.groups and grouped:
                 for k in (3, 2):
                     win = nodes[i:i + k]
                     if offload and any(OP_SPECS[n.op].kind is OpKind.REDUCE for n in win):
@@ -287,7 +291,7 @@ class Lowerer:
             i += len(win)
         outputs = tuple((n, produced[n]) for n in outs)
         prog = self._finish(phase, steps, outputs, memories, groups, blocked)
-        if self.second and not blocked and not offload:
+        if self.second and not blocked and not offload and grouped:
             prog = self._second_round(prog, phase, nodes, needed, memories)
         return prog
 
