@@ -48,8 +48,10 @@ prefetch, instruction fetch and semaphore latency between engines, HBM page effe
 per-descriptor efficiency.
 
 Invariant: cost is near-linear in the trace (per instruction: a bisect over the distinct regions
-of the touched buffers, heap operations, an amortised O(1) bandwidth booking and a bounded
-eligibility check), and the same trace gives the same numbers.
+of the touched buffers, heap operations, an amortised O(1) bandwidth booking and bounded
+eligibility checks; an instruction the loop rules hold back waits parked on the instruction that
+blocks it instead of being checked again at every event), and the same trace gives the same
+numbers.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ import json
 from bisect import bisect_left
 from heapq import heappop, heappush
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 from axon.targets.trainium.hardware import (
@@ -66,7 +69,7 @@ from axon.targets.trainium.hardware import (
     HardwareDescription,
     matmul_rate_class,
 )
-from axon.targets.trainium.trace import Engine, Instruction, Memory, rows_overlap
+from axon.targets.trainium.trace import Engine, Instruction, Memory, cyclic_gc_paused, rows_overlap
 
 COMPUTE_ENGINES = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
 _HALF = ("bfloat16", "float16")
@@ -164,9 +167,9 @@ class _Bandwidth:
             i += 1
 
 
-def _key(region) -> tuple:
-    return (region.b_start, region.b_stop, region.p_start, region.p_stop,
-            region.row_stride, region.rows, region.row_bytes)
+# A region's identity within its buffer, ordered by first byte (see _Accesses); attrgetter builds
+# the tuple in C, and _dependencies makes one per region access.
+_key = attrgetter("b_start", "b_stop", "p_start", "p_stop", "row_stride", "rows", "row_bytes")
 
 
 def _fast(ins: Instruction, when: FastPath) -> bool:
@@ -325,48 +328,48 @@ def _dependencies(trace: list[Instruction], skip: set[int]) -> tuple[list, list]
         if i in skip:
             continue
         raw: set[int] = set()
-        write_keys = [_key(w) for w in ins.writes]
-        for r in ins.reads:
-            acc = written.get(r.buffer)
+        reads = [(r.buffer, _key(r)) for r in ins.reads]
+        writes = [(w.buffer, _key(w)) for w in ins.writes]
+        write_keys = [k for _, k in writes] if ins.opcode == "nc_matmul" else ()
+        for b, k in reads:
+            acc = written.get(b)
             if acc is None:
                 continue
-            k = _key(r)
-            if ins.opcode == "nc_matmul" and k in write_keys:
+            if k in write_keys:
                 continue  # PSUM accumulation: ordered after the previous matmul by write-after-write
-            ws = writer[r.buffer]
+            ws = writer[b]
             for o in acc.overlapping(k):
                 raw.add(ws[o])
         p = set(raw)
-        for w, k in zip(ins.writes, write_keys):
-            acc = written.get(w.buffer)
+        for b, k in writes:
+            acc = written.get(b)
             if acc is not None:
-                ws = writer[w.buffer]
+                ws = writer[b]
                 for o in acc.overlapping(k):
                     p.add(ws[o])
-            acc = read.get(w.buffer)
+            acc = read.get(b)
             if acc is not None:
-                rs = readers[w.buffer]
+                rs = readers[b]
                 for o in acc.overlapping(k):
                     p.update(rs[o])
         p.discard(i)
         raw.discard(i)
         preds[i], raws[i] = tuple(p), tuple(raw)
-        for r in ins.reads:
-            k = _key(r)
-            acc = read.get(r.buffer)
+        for b, k in reads:
+            acc = read.get(b)
             if acc is None:
-                acc = read[r.buffer] = _Accesses()
-                readers[r.buffer] = {}
+                acc = read[b] = _Accesses()
+                readers[b] = {}
             acc.add(k)
-            readers[r.buffer].setdefault(k, []).append(i)
-        for w, k in zip(ins.writes, write_keys):
-            acc = written.get(w.buffer)
+            readers[b].setdefault(k, []).append(i)
+        for b, k in writes:
+            acc = written.get(b)
             if acc is None:
-                acc = written[w.buffer] = _Accesses()
-                writer[w.buffer] = {}
+                acc = written[b] = _Accesses()
+                writer[b] = {}
             acc.add(k)
-            writer[w.buffer][k] = i
-            rs = readers.get(w.buffer)
+            writer[b][k] = i
+            rs = readers.get(b)
             if rs is not None and k in rs:
                 rs[k] = []  # later writers are ordered after those readers through this write
     return preds, raws
@@ -376,26 +379,62 @@ def _may_overtake(later: tuple, earlier: tuple, lookahead: int) -> bool:
     """Whether an instruction with loop path `later` may start before an unstarted, earlier-issued
     one of the same engine with path `earlier` (see SchedulerRules): only if they first differ in
     the iteration of one affine loop, at most `lookahead` iterations apart."""
+    return _overtake_level(later, earlier, lookahead) >= 0
+
+
+def _overtake_level(later: tuple, earlier: tuple, lookahead: int) -> int:
+    """The loop level where `later` and `earlier` first differ if `later` may overtake (see
+    _may_overtake), else -1. Any `earlier` path with the same first level + 1 elements gives the
+    same answer."""
+    level = 0
     for a, b in zip(later, earlier):
         if a is b or a == b:
+            level += 1
             continue
-        return a[0] == b[0] and not a[2] and 0 < a[1] - b[1] <= lookahead
-    return False
+        return level if a[0] == b[0] and not a[2] and 0 < a[1] - b[1] <= lookahead else -1
+    return -1
+
+
+_ELIGIBLE, _SCAN_LIMIT = -1, -2  # results of _Engine.walk besides a blocker's position
 
 
 class _Engine:
-    """One compute engine's stream: its instructions in program order, which have started, and
-    the dependency-ready ones waiting (a heap of trace indices)."""
+    """One compute engine's stream: its instructions in program order, which have started, the
+    dependency-ready ones waiting to be looked at (a heap of trace indices) and the ready ones
+    parked on an unstarted earlier instruction they may not overtake.
 
-    __slots__ = ("order", "pos", "nxt", "ready", "free", "last")
+    Parking keeps the scheduler near-linear: a refused instruction is looked at again only once
+    its blocker has started, instead of at every event. It changes nothing in the schedule: while
+    the blocker is unstarted, looking at the parked instruction would refuse it again without any
+    change of state, and `parked_before` keeps it counted in the engine's candidate window."""
+
+    __slots__ = ("order", "pos", "paths", "nxt", "checked", "ready", "free", "last",
+                 "parked", "n_parked", "counts")
 
     def __init__(self):
         self.order: list[int] = []  # trace indices, program order
         self.pos: dict[int, int] = {}
+        self.paths: list[tuple] = []  # loop path of each position
         self.nxt: list[int] = []  # union-find: first unstarted position at or after p
+        # per position: up to where every earlier unstarted instruction may be overtaken by it
+        self.checked: list[int] = []
         self.ready: list[int] = []
         self.free = 0.0
         self.last = -1  # the instruction that ran last
+        self.parked: dict[int, list[int]] = {}  # blocker position -> parked trace indices
+        self.n_parked = 0
+        self.counts: list[int] = []  # Fenwick tree: parked instructions per position
+
+    def add(self, i: int, path: tuple) -> None:
+        self.pos[i] = len(self.order)
+        self.order.append(i)
+        self.paths.append(path)
+
+    def close(self) -> None:
+        n = len(self.order)
+        self.nxt = list(range(n + 1))
+        self.checked = [0] * n
+        self.counts = [0] * (n + 1)
 
     def first_unstarted(self, p: int) -> int:
         nxt = self.nxt
@@ -406,12 +445,109 @@ class _Engine:
             nxt[p], p = root, nxt[p]
         return root
 
-    def start(self, i: int) -> None:
+    def walk(self, i: int, scan: int, lookahead: int) -> int:
+        """Whether i may go ahead of every unstarted, earlier-issued instruction of the engine,
+        checked incrementally (instructions only ever start, so a checked prefix stays checked)
+        and at most `scan` of them per call. Returns _ELIGIBLE, _SCAN_LIMIT (more to check next
+        time) or the position of the first one i may not overtake."""
+        paths, checked, nxt = self.paths, self.checked, self.nxt
+        target = self.pos[i]
+        path = paths[target]
+        p, looked = self.first_unstarted(checked[target]), 0
+        same = None  # the path prefix through the level where i differs from the last one overtaken
+        while p < target:
+            earlier = paths[p]
+            if same is None or earlier[:len(same)] != same:  # else: that same level, same answer
+                level = _overtake_level(path, earlier, lookahead)
+                if level < 0:
+                    checked[target] = p
+                    return p
+                same = earlier[:level + 1]
+            looked += 1
+            if looked > scan:
+                checked[target] = p
+                return _SCAN_LIMIT
+            p += 1
+            if nxt[p] != p:
+                p = self.first_unstarted(p)
+        checked[target] = p
+        return _ELIGIBLE
+
+    def park(self, i: int, blocker: int) -> None:
+        self.parked.setdefault(blocker, []).append(i)
+        self.n_parked += 1
+        self._count(self.pos[i], 1)
+
+    def parked_before(self, p: int) -> int:
+        """How many parked instructions precede position p."""
+        counts, total = self.counts, 0
+        while p > 0:
+            total += counts[p]
+            p &= p - 1
+        return total
+
+    def _count(self, p: int, delta: int) -> None:
+        counts = self.counts
+        p += 1
+        while p < len(counts):
+            counts[p] += delta
+            p += p & -p
+
+    def start(self, i: int, lookahead: int) -> None:
+        """Mark i started; what was parked on it moves to the next unstarted instruction when it
+        still may not overtake that one (its `checked` need not move: everything in between has
+        started), else waits in the heap to be looked at."""
         p = self.pos[i]
         self.nxt[p] = p + 1
+        waiters = self.parked.pop(p, None)
+        if not waiters:
+            return
+        q = self.first_unstarted(p)
+        q_path = self.paths[q] if q < len(self.order) else ()
+        for c in waiters:
+            c_pos = self.pos[c]
+            if q < c_pos and not _may_overtake(self.paths[c_pos], q_path, lookahead):
+                self.parked.setdefault(q, []).append(c)
+            else:
+                self.n_parked -= 1
+                self._count(c_pos, -1)
+                heappush(self.ready, c)
+
+
+def _choose(eng: _Engine, now: float, needs: list, port_free: list, scan: int, lookahead: int) -> int | None:
+    """The instruction a free engine starts now: the first waiting one, in program order, whose
+    shared ports are free and that may go ahead of the engine's unstarted earlier ones, looking at
+    no more than the first `scan` + 1 waiting ones (parked ones count: they are refused)."""
+    ready, held, chosen = eng.ready, [], None
+    while ready:
+        i = ready[0]
+        # i's rank among the waiting ones: those held in this call plus the parked ones before it
+        # (counted only when there could be enough of them to close the window)
+        if len(held) + eng.n_parked > scan and len(held) + eng.parked_before(eng.pos[i]) > scan:
+            break
+        heappop(ready)
+        if needs[i] and any(port_free[q] > now for q in needs[i]):
+            held.append(i)  # port use changes with time: looked at again at the next event
+            continue
+        r = eng.walk(i, scan, lookahead)
+        if r == _ELIGIBLE:
+            chosen = i
+            break
+        if r >= 0:
+            eng.park(i, r)
+        else:
+            held.append(i)
+    for i in held:
+        heappush(ready, i)
+    return chosen
 
 
 def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule: bool = False) -> Estimate:
+    with cyclic_gc_paused():
+        return _estimate(trace, hw, keep_schedule)
+
+
+def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: bool) -> Estimate:
     dma = hw.dma
     lookahead = hw.scheduler.affine_lookahead
     scan = hw.scheduler.candidate_limit
@@ -446,13 +582,11 @@ def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule
     for i, ins in enumerate(trace):
         if i in folded or ins.engine is Engine.DMA:
             continue
-        eng = engines[ins.engine]
-        eng.pos[i] = len(eng.order)
-        eng.order.append(i)
+        engines[ins.engine].add(i, ins.extra.get("loops", ()))
         needs[i] = tuple(q for q, (mem, users) in enumerate(hw.access.shared_ports)
                          if ins.engine in users and any(r.memory.value == mem for r in ins.reads + ins.writes))
     for eng in engines.values():
-        eng.nxt = list(range(len(eng.order) + 1))
+        eng.close()
     ready_at = [0.0] * n
     end_at = [0.0] * n
     events: list[tuple[float, int]] = []  # (time, trace index) of instruction completions
@@ -500,39 +634,12 @@ def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule
         else:
             heappush(engines[trace[i].engine].ready, i)
 
-    checked = [0] * n  # per instruction: engine position up to which every earlier one may be overtaken
-
-    def eligible(eng: _Engine, i: int) -> bool:
-        """All unstarted, earlier-issued instructions of the engine may be overtaken by i (checked
-        incrementally: instructions only ever start, so a checked prefix stays checked)."""
-        path = trace[i].extra.get("loops", ())
-        p, target, looked = eng.first_unstarted(checked[i]), eng.pos[i], 0
-        while p < target:
-            if not _may_overtake(path, trace[eng.order[p]].extra.get("loops", ()), lookahead):
-                checked[i] = p
-                return False
-            looked += 1
-            if looked > scan:
-                checked[i] = p
-                return False
-            p = eng.first_unstarted(p + 1)
-        checked[i] = p
-        return True
-
     def dispatch(now: float) -> None:
         nonlocal flops, flops_ns
         for e, eng in engines.items():
             if eng.free > now or not eng.ready:
                 continue
-            held, chosen = [], None
-            while eng.ready and len(held) <= scan:
-                i = heappop(eng.ready)
-                if all(port_free[q] <= now for q in needs[i]) and eligible(eng, i):
-                    chosen = i
-                    break
-                held.append(i)
-            for i in held:
-                heappush(eng.ready, i)
+            chosen = _choose(eng, now, needs, port_free, scan, lookahead)
             if chosen is None:
                 continue
             i, ins = chosen, trace[chosen]
@@ -545,7 +652,7 @@ def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule
             end = now + dur
             eng.free = end
             eng.last = i
-            eng.start(i)
+            eng.start(i, lookahead)
             for q in needs[i]:
                 port_free[q] = end
             busy[e.value] += dur

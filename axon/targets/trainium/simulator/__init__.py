@@ -22,7 +22,7 @@ import numpy as np
 
 from axon.errors import InputError, KernelError
 from axon.targets.trainium.hardware import HardwareDescription, get_target
-from axon.targets.trainium.trace import Instruction
+from axon.targets.trainium.trace import Instruction, cyclic_gc_paused
 
 from . import dtypes
 from .context import SimContext
@@ -255,7 +255,8 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
                if isinstance(t, Tile)}
         return out, hbm
 
-    outputs, arguments = _run_guarded(ctx, run, time_limit_s)
+    with cyclic_gc_paused():
+        outputs, arguments = _run_guarded(ctx, run, time_limit_s)
     return SimResult(outputs, ctx.trace, ctx.hbm_bytes, arguments, ctx.sbuf_peak, ctx.psum_peak)
 
 

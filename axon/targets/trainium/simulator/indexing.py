@@ -260,6 +260,10 @@ def resolve(shape: tuple, key, pdim: int | None = None) -> Resolved:
     if type(key) is not tuple:
         key = (key,)
     ndim = len(shape)
+    if len(key) <= ndim and _plain(key):  # the common case: ints and slices, a view
+        if len(key) < ndim:
+            key = key + (slice(None),) * (ndim - len(key))
+        return _resolve_basic(shape, key, pdim)
     fast = _resolve_fast(shape, key)
     if fast is not None:
         return fast
@@ -272,6 +276,15 @@ def resolve(shape: tuple, key, pdim: int | None = None) -> Resolved:
     if not any(isinstance(k, IndexExpr) for k in key):
         return _resolve_basic(shape, key, pdim)
     return _resolve_expr(shape, key)
+
+
+def _plain(key) -> bool:
+    """Only ints and slices (what the general path below would hand to _resolve_basic)."""
+    for k in key:
+        t = type(k)
+        if t is not slice and t is not int:
+            return False
+    return True
 
 
 def _resolve_fast(shape, key):
@@ -308,9 +321,26 @@ def _resolve_fast(shape, key):
 
 def _resolve_basic(shape, key, pdim):
     np_key, out = [], []
-    for d, (k, n) in enumerate(zip(key, shape)):
-        i = k if type(k) is int else _as_int(k)
-        if i is not None:
+    d = 0
+    for k in key:  # a hot path: kept free of generic helpers for the common int and slice cases
+        n = shape[d]
+        if type(k) is slice:
+            step = 1 if k.step is None else int(k.step)
+            if step <= 0:
+                raise KernelError("slice steps must be positive")
+            start, stop = k.start, k.stop
+            if type(start) is not int:
+                start = 0 if start is None else int(start)
+            if type(stop) is not int:
+                stop = n if stop is None else int(stop)
+            if start < 0 or stop > n or start > stop:
+                raise KernelError(f"slice {start}:{stop} is out of bounds for axis {d} of size {n}")
+            np_key.append(slice(start, stop, step))
+            out.append(stop - start if step == 1 else len(range(start, stop, step)))
+        else:
+            i = k if type(k) is int else _as_int(k)
+            if i is None:
+                raise KernelError(f"unsupported index {k!r} (use ints, slices, nl.arange or nl.mgrid)")
             if i < 0 or i >= n:
                 raise KernelError(f"index {i} is out of bounds for axis {d} of size {n}")
             if d == pdim:
@@ -318,18 +348,7 @@ def _resolve_basic(shape, key, pdim):
                 out.append(1)
             else:
                 np_key.append(i)
-        elif isinstance(k, slice):
-            step = 1 if k.step is None else int(k.step)
-            if step <= 0:
-                raise KernelError("slice steps must be positive")
-            start = 0 if k.start is None else int(k.start)
-            stop = n if k.stop is None else int(k.stop)
-            if start < 0 or stop > n or start > stop:
-                raise KernelError(f"slice {start}:{stop} is out of bounds for axis {d} of size {n}")
-            np_key.append(slice(start, stop, step))
-            out.append(len(range(start, stop, step)))
-        else:
-            raise KernelError(f"unsupported index {k!r} (use ints, slices, nl.arange or nl.mgrid)")
+        d += 1
     return Resolved("basic", tuple(out), key=tuple(np_key))
 
 

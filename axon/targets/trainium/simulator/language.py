@@ -412,7 +412,7 @@ def _install_operators():
                          ("ge", "greater_equal")):
         setattr(Tile, f"__{dunder}__", bin_(name))
     Tile.__neg__ = lambda self: unary(self.buf.ctx, O["negative"], self)
-    Tile.__getitem__ = lambda self, key: self.view(key)
+    Tile.__getitem__ = Tile.view
     Tile.__setitem__ = lambda self, key, value: assign(self.buf.ctx, self.view(key), value)
     Tile.broadcast_to = lambda self, shape: broadcast_to(self.buf.ctx, self, shape)
     Tile.__array__ = _no_array
