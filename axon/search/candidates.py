@@ -39,6 +39,12 @@ class Candidate:
     def key(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
+    @property
+    def body_key(self) -> str:
+        """The kernel without its header: variants whose rewrites lead to the same code share it."""
+        body = self.source.split('"""', 2)[2] if self.source.startswith('"""') else self.source
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
     def tiling(self) -> list[dict]:
         return [{"ops": [n.op.value for n in p.group.nodes], **p.tiling.describe()} for p in self.passes]
 

@@ -174,7 +174,11 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     t1 = time.perf_counter()
     shapes = prog.input_shapes(sizes, dtype=dtype)  # timing-only runs need no data
     # cheap first rank (estimated traffic), then the performance model on the most promising
+    generated = len(cands)
     cands.sort(key=lambda c: c.static_cost)
+    # a kernel reached through several rewrite chains is timed once (under the first variant reaching it)
+    bodies: set = set()
+    cands = [c for c in cands if not (c.body_key in bodies or bodies.add(c.body_key))]
     shortlist = cands[:MODEL_SHORTLIST]
     if not base_misfit and not any(c.key == baseline.key for c in shortlist):
         shortlist.append(baseline)
@@ -223,7 +227,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         benchmark=prog.name, target=tgt.name, sizes=sizes, dtype=dtype, kernel_source=cand.source,
         latency_ns=t.latency_ns, roofline_ns=t.roofline_ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
         tiling=cand.tiling(), fusion=cand.fusion, baseline_latency_ns=base_t.latency_ns,
-        candidates={"generated": len(cands),
+        candidates={"generated": generated, "distinct_kernels": len(cands),
                     "rejected_by_constraints": counts.rejected_by_constraints,
                     "unsupported": counts.unsupported, "failed_simulation": len(failed_sim),
                     "failed_numerics": failed_numerics, "evaluated": len(ranked), "checked": checked,

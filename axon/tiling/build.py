@@ -196,7 +196,7 @@ class KernelBuilder:
             for n in later:
                 block[n] = em.alloc(f"{self._nm(n)}_blk", P, BM * self.cols(n), "f32")
             for n in stationary:
-                if n in members:
+                if n in members or self._transposed_in_row_phase(n, phs, t):
                     K = self.cols(n)
                     kt = t.k_tile
                     trans[n] = (em.alloc(f"{self._nm(n)}_T", kt, (K // kt) * BM * P, "kernel"), K // kt, "i_r")
@@ -209,7 +209,14 @@ class KernelBuilder:
             c.__exit__(None, None, None)
 
     def _nm(self, n: Node) -> str:
-        return self.em.fresh(n.op.value)
+        return self.em.fresh(n.params.name if n.op is Op.INPUT else n.op.value)
+
+    def _transposed_in_row_phase(self, x: Node, phs, t: Tiling) -> bool:
+        """An input that is a matmul's stationary operand and that a row phase of the pass loads
+        whole anyway (rms(x) @ w as diag(1/rms) (x @ w)): the row phase transposes the tile it
+        loaded, so the rows are not loaded twice and the Tensor Engine starts before the statistics."""
+        return (x.op is Op.INPUT and self.opt.stationary == "pe" and not t.col_chunk and t.col_split == 1
+                and any(x in n.inputs for ph in phs if ph.kind == "row" for n in ph.nodes))
 
     def _needs_store(self, n: Node, consumers, owner, pi) -> list[tuple[str, bool]]:
         out = []
@@ -349,6 +356,9 @@ class KernelBuilder:
                     em.transpose_into(tile, dst, P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
                 for oname, transposed in self._needs_store(n, consumers, owner, pi):
                     self.store(n, dst, oname, transposed, rows, P, c0, C)
+            for x, (tile, kts, _) in trans.items():
+                if x.op is Op.INPUT and x in here:  # see _transposed_in_row_phase
+                    em.transpose_into(tile, here[x], P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
 
     # -- row phase in column chunks ---------------------------------------------------------------
     def row_phase_chunked(self, ph, t: Tiling, rows0, members, consumers, owner, pi):
