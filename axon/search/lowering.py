@@ -389,7 +389,8 @@ class Lowerer:
             if key not in self._second_seen:
                 self._second_seen[key] = self._cheapest_variant(graph, mem)
             found = self._second_seen[key]
-            if found is None or found.cost >= prog.cost - 1e-9 or found.status != prog.status:
+            if (found is None or found.cost >= prog.cost - 1e-9 or found.status != prog.status
+                    or len(found.outputs) != len(prog.outputs)):
                 return prog
             self.stats["second_round_cheaper"] = self.stats.get("second_round_cheaper", 0) + 1
             self.stats["second_round_used"] += 1

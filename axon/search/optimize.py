@@ -34,7 +34,7 @@ MAX_CHECKS = 3
 MODEL_SHORTLIST = 32  # candidates the performance model ranks, after the static traffic estimate
 # ...and past the shortlist, while ranking has taken less than this: the static estimate counts
 # traffic only, so engine balance and lowering alternatives are the model's to judge where it is cheap
-EXTRA_RANK_S = 8.0
+EXTRA_RANK_S = 20.0
 # numerics with data cost ~0.1 s per 1e10 multiply-adds in the NumPy simulator (gated_mlp at
 # llama3_8b, 3.6e11, checks in ~35 s idle and past the simulator's 120 s limit on a loaded
 # 2-core machine); above this a candidate is checked at fewer rows (below) and the report says so

@@ -43,12 +43,21 @@ _OP_NAMES = {"sub": "subtract", "mul": "multiply", "div": "divide", "max": "maxi
              "sum": "add", "neg": "negative"}
 
 
+def engine_clocks(target: str) -> dict[str, float]:
+    """GHz of the engines the emitter places work on, from the hardware description."""
+    from axon.targets.trainium.hardware import get_target
+    from axon.targets.trainium.trace import Engine
+
+    hw = get_target(target)
+    return {e.value: hw.engines[e].clock_ghz for e in (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)}
+
+
 class NkiEmitter:
     def __init__(self, dtype: str = "bfloat16", clocks: dict | None = None, scalar_copies: bool = False):
         """`clocks`: GHz per engine name (for engine placement); `scalar_copies`: the Scalar Engine
         runs tensor_scalar and tensor_copy (NeuronCore-v3)."""
         self.dtype = dtype
-        self.clocks = clocks or {"vector": 0.96, "gpsimd": 1.2, "scalar": 1.2}
+        self.clocks = clocks or engine_clocks("trn2")
         self.scalar_copies = scalar_copies
         self.lines: list[str] = []
         self.pre: list[str] = []  # kernel-level set-up printed before the body (constant tiles)
@@ -61,10 +70,10 @@ class NkiEmitter:
         self.params: list[str] = []
         self.header: list[str] = []
         self.sizes: dict[str, int] = {}  # binds symbolic constants (a mean's k)
-        self.balance = False  # spread tensor_tensor / tensor_scalar / tensor_copy over Vector and GpSimd
+        self.balance = False  # spread tensor_tensor / tensor_scalar / tensor_copy over Vector, GpSimd (and Scalar)
         self.load = {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}  # ns of work placed so far (balance)
         self.wide_dtype = "f32"  # what an f32 tile wider than one column is allocated as ("kernel": DT)
-        self._prescanned = False  # inside `program`, whose Vector-only load was counted up front
+        self._prescanned = False  # inside `program`, whose single-engine load was charged up front
 
     # -- names and lines --------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -313,8 +322,8 @@ class NkiEmitter:
 
     def program(self, prog, operands: list, dsts: dict, partitions: int, width_of, binding: dict) -> None:
         """Print a synthesized `Program`: operand k is operands[k] (a tile expression or a number);
-        dsts[(step, output)] is where a needed value goes; other step outputs get f32 temporaries,
-        reused once dead (an element-wise instruction may write over the operand it reads last)."""
+        dsts[(step, output)] is where a needed value goes; other step outputs get f32 temporaries
+        (wide ones in `wide_dtype`), reused once dead (an element-wise instruction may write over the operand it reads last)."""
         if self.balance:
             self._charge_fixed(prog, operands, width_of)
             self._prescanned = True

@@ -40,12 +40,9 @@ class TrainiumTarget:
                       accum_bank_bytes=m.psum_bank_bytes, accum_banks=m.psum_banks)
 
     def emitter(self, dtype: str):
-        from axon.targets.trainium.emitter import NkiEmitter
+        from axon.targets.trainium.emitter import NkiEmitter, engine_clocks
 
-        from axon.targets.trainium.trace import Engine
-
-        clocks = {e.value: self.hw.engines[e].clock_ghz for e in (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)}
-        return NkiEmitter(dtype, clocks, scalar_copies=self.engine_balance)
+        return NkiEmitter(dtype, engine_clocks(self.name), scalar_copies=self.engine_balance)
 
     def synthesizer(self):
         """The synthesis stage over this target's instruction specs: the only source of lowerings
