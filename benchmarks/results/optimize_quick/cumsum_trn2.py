@@ -26,11 +26,9 @@ def cumsum(x):
             for i_c in nl.sequential_range(4):
                 x_t = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 nisa.dma_copy(dst=x_t[0:128, 0:1024], src=x[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_c * 1024:i_c * 1024 + 1024])
-                add1 = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+                add1 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 # cumsum, add: 1 instruction(s), proved
                 nisa.tensor_tensor_scan(dst=add1[0:128, 0:1024], data0=x_t[0:128, 0:1024], data1=const[0:128, 0:1024], initial=carry[0:128, 0:1], op0=nl.add, op1=nl.add)
                 nisa.tensor_copy(dst=carry[0:128, 0:1], src=add1[0:128, 1023:1023 + 1], engine=nisa.engine.gpsimd)
-                st = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=st[0:128, 0:1024], src=add1[0:128, 0:1024], engine=nisa.engine.gpsimd)
-                nisa.dma_copy(dst=out[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_c * 1024:i_c * 1024 + 1024], src=st[0:128, 0:1024])
+                nisa.dma_copy(dst=out[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_c * 1024:i_c * 1024 + 1024], src=add1[0:128, 0:1024])
     return out

@@ -70,6 +70,6 @@ def gated_mlp(x, w1, w2, w3):
                 nisa.memset(dst=acc2, value=0.0)
                 for i_kt in nl.affine_range(32):
                     nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=mul_T[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w5[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc2[0:128, 0:512])
+                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc2[0:128, 0:512], engine=nisa.engine.scalar)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out

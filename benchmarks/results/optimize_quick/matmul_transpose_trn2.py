@@ -40,7 +40,7 @@ def matmul_transpose(x, w):
                 for i_kt in nl.affine_range(32):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
                 ev = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=ev[0:128, 0:512], src=acc[0:128, 0:512])
+                nisa.tensor_copy(dst=ev[0:128, 0:512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
                 tT = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 i_q = 0
                 tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)

@@ -40,6 +40,6 @@ def matmul(x, w):
                 nisa.memset(dst=acc, value=0.0)
                 for i_kt in nl.affine_range(32):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512])
+                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out

@@ -20,7 +20,7 @@ def rmsnorm(x, g):
     nisa.memset(dst=ones, value=1.0)
     g_row = nl.ndarray((1, 4096), dtype=nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(dst=g_row, src=g.reshape((1, 4096)))
-    g_rows = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+    g_rows = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
     for i_c in nl.affine_range(8):
         bc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
         nisa.memset(dst=bc, value=0.0)
@@ -33,13 +33,13 @@ def rmsnorm(x, g):
         nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
         div1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         # mul, mul, sum, div, add, sqrt, div: 5 instruction(s), proved
-        t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 0:4096], data2=g_rows[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
-        t1 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 0:4096], data2=g_rows[0:128, 0:4096], op=nl.multiply)
+        t1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         t2 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation_reduce(dst=t1[0:128, 0:4096], reduce_res=t2[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
-        nisa.tensor_scalar(dst=t2[0:128, 0:1], data=t2[0:128, 0:1], operand0=4096.0, op0=nl.divide)
+        nisa.tensor_scalar(dst=t2[0:128, 0:1], data=t2[0:128, 0:1], operand0=4096.0, op0=nl.divide, engine=nisa.engine.gpsimd)
         nisa.activation(dst=t2[0:128, 0:1], data=t2[0:128, 0:1], bias=1e-06, op=nl.sqrt)
-        nisa.tensor_scalar(dst=div1[0:128, 0:4096], data=t[0:128, 0:4096], operand0=t2[0:128, 0:1], op0=nl.divide)
+        nisa.tensor_scalar(dst=div1[0:128, 0:4096], data=t[0:128, 0:4096], operand0=t2[0:128, 0:1], op0=nl.divide, engine=nisa.engine.gpsimd)
         nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096], src=div1[0:128, 0:4096])
     return out

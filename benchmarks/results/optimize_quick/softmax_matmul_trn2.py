@@ -48,7 +48,7 @@ def softmax_matmul(x, w):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=exp_T[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
                 div1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide)
+                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide, engine=nisa.engine.scalar)
                 nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=div1[0:128, 0:512], engine=nisa.engine.gpsimd)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out
