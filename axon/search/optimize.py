@@ -188,7 +188,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     spent = time.perf_counter() - t1
     rest = [c for c in cands[MODEL_SHORTLIST:] if c.key != baseline.key]
     if rest and spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
-        say(f"ranking {len(rest)} more candidates while it stays cheap ({EXTRA_RANK_S - spent:.0f} s)")
+        say(f"ranking up to {len(rest)} more candidates while it stays cheap (for up to {EXTRA_RANK_S - spent:.0f} s)")
         ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, runs=runs),
                         key=lambda ct: ct[1].latency_ns)
     timed = {c.key: t for c, t in ranked}
