@@ -21,6 +21,7 @@ from axon.fusion.nodes import FUSION_MODES, RowWorld, groups
 from axon.ir import Graph
 from axon.semantics.ops import Op
 from axon.tiling.build import KernelBuilder, Options, Pass
+from axon.tiling.packing import pack_factors, pack_rows, packed_sizes
 from axon.tiling.space import check, default_tiling, enumerate_tilings
 
 
@@ -55,7 +56,8 @@ class Candidate:
                           + (f", column chunks of {p.tiling.col_chunk}" if p.tiling.col_chunk else "")
                           + (f", weights streamed in K pieces of <= {p.tiling.k_block}" if p.tiling.k_block else "")
                           for i, p in enumerate(self.passes))
-        return f"variant {self.variant}, {self.fusion}, stationary via {self.options.stationary}, {tiles}"
+        packed = f", rows packed {self.options.packed} per partition" if self.options.packed > 1 else ""
+        return f"variant {self.variant}, {self.fusion}, stationary via {self.options.stationary}{packed}, {tiles}"
 
 
 @dataclass
@@ -79,7 +81,9 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
              "rewrites: " + ("; ".join(cand.rewrites) if cand.rewrites else "none (the program as written)"),
              f"fusion:   {cand.fusion} ({len(cand.passes)} pass{'es' if len(cand.passes) > 1 else ''}; "
              f"values crossing passes go through HBM)",
-             f"layout:   stationary operands transposed by {cand.options.stationary}"]
+             f"layout:   stationary operands transposed by {cand.options.stationary}"
+             + (f"; rows packed {cand.options.packed} per partition ([m/{cand.options.packed}, "
+                f"{cand.options.packed}*c] views of the HBM tensors)" if cand.options.packed > 1 else "")]
     for i, p in enumerate(cand.passes):
         t = p.tiling
         lines.append(f"pass {i + 1}:   {', '.join(n.op.value for n in p.group.nodes)}; row tile {t.row_tile} x block "
@@ -147,44 +151,50 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
             counts.unsupported += 1
             counts.reasons.append(f"variant {vi}: {err}")
             continue
-        layouts = []
-        for mode in modes:
-            try:
-                gs = groups(world, mode)
-            except UnsupportedError as err:
-                counts.reasons.append(f"variant {vi} {mode}: {err}")
-                continue
-            if any(gs == other for _, other in layouts):
-                continue
-            layouts.append((mode, gs))
-        for mode, gs in layouts:
-            per_group = []
-            for gr in gs:
+        # rows packed several per partition (tiling.packing): a layout of its own, where it applies
+        worlds = [(world, 1, sizes)]
+        for g in pack_factors(graph, sizes, limits.partitions):
+            packed_graph, symbols = pack_rows(graph, g)
+            worlds.append((RowWorld.of(packed_graph), g, packed_sizes(symbols, sizes)))
+        for world, packed, wsizes in worlds:
+            layouts = []
+            for mode in modes:
                 try:
-                    fits, rejected = enumerate_tilings(world, gr, sizes, limits)
+                    gs = groups(world, mode)
                 except UnsupportedError as err:
                     counts.reasons.append(f"variant {vi} {mode}: {err}")
-                    fits, rejected = [], []
-                for _, why in rejected:
-                    counts.reject(why)
-                per_group.append(_spread(fits, per_pass))
-            if any(not f for f in per_group):
-                continue
-            combos = list(itertools.islice(itertools.product(*per_group), per_combo))
-            # lowering alternatives (Lowerer.program `alt`) in order, per combo until one repeats an
-            # earlier source (an index past a phase's alternatives gives its fused program again)
-            for stationary in _stationary_options(world, target):
-                for combo in combos:
-                    for alt in range(1 + _max_alternatives(lowerer)):
-                        fresh = [_candidate(name, target, world, sizes, dtype, lowerer, counts, seen,
-                                            Candidate(vi, rewrites, mode,
-                                                      Options(stationary=stationary, engines=engines, lowering=alt,
-                                                              precision=precision),
-                                                      tuple(Pass(g, t) for g, t in zip(gs, combo))))
-                                 for precision in precisions]
-                        out.extend(c for c in fresh if c is not None)
-                        if alt and fresh[0] is None:
-                            break
+                    continue
+                if any(gs == other for _, other in layouts):
+                    continue
+                layouts.append((mode, gs))
+            for mode, gs in layouts:
+                per_group = []
+                for gr in gs:
+                    try:
+                        fits, rejected = enumerate_tilings(world, gr, wsizes, limits)
+                    except UnsupportedError as err:
+                        counts.reasons.append(f"variant {vi} {mode}: {err}")
+                        fits, rejected = [], []
+                    for _, why in rejected:
+                        counts.reject(why)
+                    per_group.append(_spread(fits, per_pass))
+                if any(not f for f in per_group):
+                    continue
+                combos = list(itertools.islice(itertools.product(*per_group), per_combo))
+                # lowering alternatives (Lowerer.program `alt`) in order, per combo until one repeats an
+                # earlier source (an index past a phase's alternatives gives its fused program again)
+                for stationary in _stationary_options(world, target):
+                    for combo in combos:
+                        for alt in range(1 + _max_alternatives(lowerer)):
+                            fresh = [_candidate(name, target, world, wsizes, dtype, lowerer, counts, seen,
+                                                Candidate(vi, rewrites, mode,
+                                                          Options(stationary=stationary, engines=engines, lowering=alt,
+                                                                  precision=precision, packed=packed),
+                                                          tuple(Pass(g, t) for g, t in zip(gs, combo))))
+                                     for precision in precisions]
+                            out.extend(c for c in fresh if c is not None)
+                            if alt and fresh[0] is None:
+                                break
         if progress:
             progress(f"variant {vi}: {counts.generated} candidates so far")
     return out

@@ -52,6 +52,7 @@ class Options:
     # dtype: half the bytes, and bf16 element-wise instructions take their fast paths; per-row
     # statistics and accumulators stay f32. The numerical check decides whether it is precise enough
     precision: str = "f32"
+    packed: int = 1  # rows per partition (tiling.packing): the passes see [m/g, g*c] views of HBM
 
 
 def _ex(*terms) -> str:
@@ -116,14 +117,17 @@ class KernelBuilder:
         em = self.em
         params = [n.params.name for n in g.inputs]
         for n in g.inputs:
-            self.hbm[n] = n.params.name
+            self.hbm[n] = self._packed_view(n.params.name, n)
         em.begin(name, params, header)
         out_names = []
         for i, o in enumerate(g.outputs):
             oname = f"out{i}" if len(g.outputs) > 1 else "out"
-            em.hbm(oname, [self.c(s) for s in o.shape], "kernel", output=True)
+            shape = [self.c(s) for s in o.shape]
+            if self.opt.packed > 1:  # the caller's tensor is [m, c]; the passes write its [m/g, g*c] view
+                shape = [shape[0] * self.opt.packed, shape[1] // self.opt.packed]
+            em.hbm(oname, shape, "kernel", output=True)
             src = o.inputs[0] if (o.op is Op.TRANSPOSE and self.w.roles[o] == "row") else o
-            self.outputs[src] = (oname, src is not o)
+            self.outputs[src] = (self._packed_view(oname, o), src is not o)
             out_names.append(oname)
         consumers: dict[Node, set[int]] = {}
         owner: dict[Node, int] = {}
@@ -275,7 +279,13 @@ class KernelBuilder:
 
     def _hbm_name(self, x: Node) -> str:
         src = view_source(x) if self.w.roles.get(x) == "view" else x
-        return self.hbm.get(src, "v")
+        return self.hbm.get(src, "v").split(".", 1)[0]
+
+    def _packed_view(self, name: str, node: Node) -> str:
+        """An HBM tensor as the passes address it: itself, or its [m/g, g*c] view (Options.packed)."""
+        if self.opt.packed == 1:
+            return name
+        return f"{name}.reshape(({', '.join(str(self.c(s)) for s in node.shape)}))"
 
     def run_program(self, nodes, needed, operand, dst_for, P: int, chunk=None, memories=None, split: int = 1,
                     chunk_dims=None):
