@@ -4,8 +4,6 @@ import pytest
 
 import axon
 from axon.errors import AxonError
-from axon.search.candidates import Counts, direct_lowering, enumerate_candidates
-from axon.search.lowering import Lowerer
 from axon.search.optimize import optimize
 from axon.suite import SUITE
 from axon.targets.trainium.target import TrainiumTarget
@@ -16,32 +14,15 @@ def _no_home_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def _timing_errors(name, sizes, target):
-    """Timing-only simulation of every candidate the fit model accepts (and the direct lowering)."""
-    b = SUITE[name]
-    lowerer = Lowerer(target)
-    cands = enumerate_candidates(name, [(b.program.graph, ())], sizes, target, "bfloat16", lowerer, Counts())
-    direct = direct_lowering(name, b.program.graph, sizes, target, "bfloat16", lowerer)
-    assert cands and not direct.misfit
-    inputs = b.program.random_inputs(sizes, "bfloat16", seed=0)
-    errors = []
-    for c in cands + [direct]:
-        try:
-            target.run(c.source, inputs, timing_only=True)
-        except AxonError as err:
-            errors.append(f"{c.describe()}: {err}")
-    return errors
-
-
 @pytest.mark.parametrize("name,case,target", [("cumsum", "qwen_vocab", "trn2"), ("rope", "rope_128x32768", "trn2"),
                                               ("layernorm", "m128_n8192", "trn2"), ("rmsnorm", "m128_n8192", "trn1"),
                                               ("rope", "m128_d8192", "trn1")])
-def test_fit_model_accepted_candidates_fit_the_simulator(name, case, target):
-    assert _timing_errors(name, SUITE[name].sizes(case), TrainiumTarget(target)) == []
+def test_fit_model_accepted_candidates_fit_the_simulator(name, case, target, simulate_all):
+    assert simulate_all(name, SUITE[name].sizes(case), TrainiumTarget(target))[1] == []
 
 
-def test_fit_model_accepts_only_what_fits_for_a_very_wide_softmax():
-    assert _timing_errors("softmax", {"m": 128, "n": 100000}, TrainiumTarget("trn2")) == []
+def test_fit_model_accepts_only_what_fits_for_a_very_wide_softmax(simulate_all):
+    assert simulate_all("softmax", {"m": 128, "n": 100000}, TrainiumTarget("trn2"))[1] == []
 
 
 @pytest.mark.slow

@@ -4,9 +4,8 @@ where the whole contraction does not fit; every candidate it accepts at those si
 simulator's capacity."""
 import pytest
 
-from axon.errors import AxonError
 from axon.fusion.nodes import RowWorld, groups, phases
-from axon.search.candidates import Candidate, Counts, direct_lowering, emit, enumerate_candidates
+from axon.search.candidates import Candidate, emit
 from axon.search.lowering import Lowerer
 from axon.search.select import compare
 from axon.suite import SUITE
@@ -81,41 +80,23 @@ def test_fit_model_accepts_llama3_gated_mlp_by_streaming(case, target):
         assert check(w, g, default_tiling(w, g, sizes, limits), sizes, limits) == ""
 
 
-def _capacity_errors(name, sizes, target, modes=("fused", "split", "unfused")):
-    """Timing-only simulation of every candidate the fit model accepts (and the direct lowering)."""
-    b = SUITE[name]
-    lowerer = Lowerer(target)
-    cands = enumerate_candidates(name, [(b.program.graph, ())], sizes, target, "bfloat16", lowerer, Counts(),
-                                 modes=modes)
-    direct = direct_lowering(name, b.program.graph, sizes, target, "bfloat16", lowerer)
-    assert cands and not direct.misfit
-    inputs = b.program.random_inputs(sizes, "bfloat16", seed=0)
-    errors = []
-    for c in cands + [direct]:
-        try:
-            target.run(c.source, inputs, timing_only=True)
-        except AxonError as err:
-            errors.append(f"{c.describe()}: {err}")
-    return cands, errors
-
-
-def test_fit_accepted_llama3_8b_gated_mlp_candidates_fit_the_simulator():
+def test_fit_accepted_llama3_8b_gated_mlp_candidates_fit_the_simulator(simulate_all):
     """llama3_8b's k and n with one row block of rows (128): the per-partition footprint does not
     depend on the row count beyond the row block, and the fused and split kernels stream w3."""
     sizes = {**SUITE["gated_mlp"].sizes("llama3_8b"), "m": 128}
-    cands, errors = _capacity_errors("gated_mlp", sizes, TRN2, modes=("fused", "split"))
+    cands, errors = simulate_all("gated_mlp", sizes, TRN2, modes=("fused", "split"))
     assert errors == []
     assert any(p.tiling.k_block for c in cands for p in c.passes)
 
 
-def test_fit_accepted_k8192_gated_candidates_fit_the_simulator():
-    cands, errors = _capacity_errors("gated_projection", SUITE["gated_projection"].sizes("m128_k8192_n8192"), TRN2,
+def test_fit_accepted_k8192_gated_candidates_fit_the_simulator(simulate_all):
+    cands, errors = simulate_all("gated_projection", SUITE["gated_projection"].sizes("m128_k8192_n8192"), TRN2,
                                      modes=("fused",))
     assert errors == []
 
 
 @pytest.mark.slow
-def test_fit_accepted_candidates_fit_the_simulator_at_full_size_on_trn1():
+def test_fit_accepted_candidates_fit_the_simulator_at_full_size_on_trn1(simulate_all):
     """The full-size llama3 runs take minutes here; they are measured by benchmarks/optimize_suite.py."""
     name, case = "gated_mlp", "m128_k8192_n8192"
-    assert _capacity_errors(name, SUITE[name].sizes(case), TrainiumTarget("trn1"), modes=("fused", "split"))[1] == []
+    assert simulate_all(name, SUITE[name].sizes(case), TrainiumTarget("trn1"), modes=("fused", "split"))[1] == []

@@ -151,30 +151,25 @@ def scalar_tensor_tensor(ctx, dst, data, op0, operand0, op1, operand1, reverse0=
 
 
 def tensor_copy(ctx, dst, src, engine=None, mask=None, dtype=None, name=None, _opcode="tensor_copy", **_):
-    opc = _opcode
-    s = onchip(ctx, src, "src", opc)
-    check_layout(ctx, s, opc, "src")
-    m = mask_of(mask, s.shape)
-    v, ini = read(ctx, s, opc, "src", m)
-    out, fresh = dst_tile(ctx, dst, s.shape, dtype_of(dst, dtype, s.dtype), SBUF, opc, mask)
-    check_layout(ctx, out, opc, "dst")
-    ins = ctx.emit(opc, engine_of(engine, Engine.VECTOR), s.shape[0], free_size(s.shape), s.dtype,
-                   (s.region(),), (out.region(),), src_extra(s))
-    return finish(ctx, out, fresh, v, ini, mask, ins)
+    return _unary(ctx, _opcode, engine_of(engine, Engine.VECTOR), dst, src, "src", mask, dtype, lambda v: v)
 
 
 def reciprocal(ctx, dst, data, mask=None, dtype=None, name=None, **_):
-    opc = "reciprocal"
-    s = onchip(ctx, data, "data", opc)
-    check_layout(ctx, s, opc, "data")
+    return _unary(ctx, "reciprocal", Engine.VECTOR, dst, data, "data", mask, dtype, lambda v: F32(1.0) / v)
+
+
+def _unary(ctx, opc, engine, dst, src, slot, mask, dtype, fn):
+    """One on-chip tile in, `fn` of it out (element-wise), on `engine`."""
+    s = onchip(ctx, src, slot, opc)
+    check_layout(ctx, s, opc, slot)
     m = mask_of(mask, s.shape)
-    v, ini = read(ctx, s, opc, "data", m)
+    v, ini = read(ctx, s, opc, slot, m)
     out, fresh = dst_tile(ctx, dst, s.shape, dtype_of(dst, dtype, s.dtype), SBUF, opc, mask)
     check_layout(ctx, out, opc, "dst")
-    ins = ctx.emit(opc, Engine.VECTOR, s.shape[0], free_size(s.shape), s.dtype, (s.region(),),
-                   (out.region(),), src_extra(s))
+    ins = ctx.emit(opc, engine, s.shape[0], free_size(s.shape), s.dtype, (s.region(),), (out.region(),),
+                   src_extra(s))
     with np.errstate(all="ignore"):
-        vals = None if v is None else F32(1.0) / v
+        vals = None if v is None else fn(v)
     return finish(ctx, out, fresh, vals, ini, mask, ins)
 
 
