@@ -18,6 +18,8 @@ import re
 from contextlib import contextmanager
 
 from axon.errors import UnsupportedError
+from axon.semantics.scalar import ScalarOp
+from axon.targets.trainium.isa import nki_name
 
 _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
 # instructions whose nisa call `steps` can print (slots and holes map to keyword arguments)
@@ -28,19 +30,11 @@ _PSUM_BANK_BYTES = 2048
 
 
 def _nl(value) -> str:
-    """A hole value as NKI source: operator names become nl.<name>."""
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), str):  # an enum (ScalarOp / Op)
-        value = value.value
-    if isinstance(value, str):
-        return f"nl.{_OP_NAMES.get(value, value)}"
-    if isinstance(value, float):
-        return repr(value)
+    """A hole value as NKI source: an operator becomes nl.<its name in the ISA table> (the name
+    carries meaning: nl.gelu is not Axon's gelu), anything else its repr."""
+    if value is None or isinstance(value, ScalarOp):
+        return f"nl.{nki_name(value)}"
     return repr(value)
-
-
-# frontend vocabulary -> nl spelling, for holes that carry the operator's own name
-_OP_NAMES = {"sub": "subtract", "mul": "multiply", "div": "divide", "max": "maximum", "min": "minimum",
-             "sum": "add", "neg": "negative"}
 
 
 def engine_clocks(target: str) -> dict[str, float]:
@@ -406,7 +400,7 @@ class NkiEmitter:
                 kw = self._HOLE_KW.get((st.instruction, hole), hole)
                 if value is None:
                     if hole == "func":
-                        kwargs.append(f"{kw}=nl.copy")
+                        kwargs.append(f"{kw}={_nl(None)}")
                     continue
                 if value is False:
                     continue
@@ -446,6 +440,4 @@ class NkiEmitter:
     def _hole(self, hole: str, value) -> str:
         if hole.startswith("op") or hole in ("reduce_op",):
             return _nl(value)
-        if isinstance(value, (bool, int, float)):
-            return repr(value)
-        return repr(value) if not isinstance(value, str) else _nl(value)
+        return repr(value)  # a flag or a number

@@ -4,7 +4,8 @@ Each meaning restates the nki.isa docstring's formula in the frontend's operator
 (sources: nki.isa docstrings at docs tag v2.26.0 and later; see shared/trainium.md):
   nc_matmul            stationary.T @ moving                                     (Tensor, out PSUM)
   nc_transpose         data.T                                   (Tensor -> PSUM, or Vector -> SBUF)
-  activation           func(data * scale + bias); scale immediate or column, bias column or immediate
+  activation           func(data * scale + bias); scale immediate or column, bias column or immediate;
+                       func is spelled nl.<ACT_FUNC_NAMES[func]> (gelu: nl.gelu_apprx_tanh, not nl.gelu)
   activation_reduce    as activation, and reduce_res = sum(out, free axis)   (v2: reduce_op add only)
   tensor_scalar        (data <op0> operand0) <op1> operand1, operands column or immediate, reverse flags
   tensor_tensor        data1 <op> data2, same shapes
@@ -40,12 +41,27 @@ S = ScalarOp
 TILE, COLUMN, IMM, FILL = (frozenset({f}) for f in (Form.TILE, Form.COLUMN, Form.IMMEDIATE, Form.FILL))
 COL_OR_IMM = COLUMN | IMM
 
-# Activation functions (nki "Supported Activation Functions"); None is nl.copy / identity.
-ACT_FUNCS = (None, S.EXP, S.LOG, S.SQRT, S.RSQRT, S.RECIPROCAL, S.SQUARE, S.RELU, S.SIGMOID, S.SILU,
-             S.TANH, S.GELU)
-# Arithmetic ALU operators of the Vector engine that have a tensor-level meaning.
-ALU_OPS = (S.ADD, S.SUB, S.MUL, S.DIV, S.MAXIMUM, S.MINIMUM)
+# Activation functions (nki "Supported Activation Functions"), each with the nki.language name
+# that computes it; None is nl.copy / identity. The name is part of the meaning: nl.gelu is the
+# erf form, and Axon's gelu is the tanh approximation, which NKI calls nl.gelu_apprx_tanh.
+ACT_FUNC_NAMES = {None: "copy", S.EXP: "exp", S.LOG: "log", S.SQRT: "sqrt", S.RSQRT: "rsqrt",
+                  S.RECIPROCAL: "reciprocal", S.SQUARE: "square", S.RELU: "relu", S.SIGMOID: "sigmoid",
+                  S.SILU: "silu", S.TANH: "tanh", S.GELU: "gelu_apprx_tanh"}
+ACT_FUNCS = tuple(ACT_FUNC_NAMES)
+# Arithmetic ALU operators of the Vector engine that have a tensor-level meaning ("Supported Math
+# Operators for NKI ISA"), with their nki.language names.
+ALU_OP_NAMES = {S.ADD: "add", S.SUB: "subtract", S.MUL: "multiply", S.DIV: "divide", S.MAXIMUM: "maximum",
+                S.MINIMUM: "minimum"}
+ALU_OPS = tuple(ALU_OP_NAMES)
 NO_OP = (None,)
+NKI_NAMES = {**ALU_OP_NAMES, **ACT_FUNC_NAMES}  # every hole operator -> its nl.<name>
+
+
+def nki_name(op) -> str:
+    """The nki.language name of an activation function or ALU operator a hole may hold."""
+    if op not in NKI_NAMES:
+        raise KeyError(f"{op} is no activation function or ALU operator of the Trainium ISA")
+    return NKI_NAMES[op]
 
 
 def _commutes(op) -> bool:
