@@ -8,10 +8,10 @@ is a program: named inputs, outputs, and the size preconditions its operators ne
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
-from axon.semantics.ops import OP_SPECS, InputParams, Op, Params
-from axon.semantics.sizes import Shape, Size, format_shape
+from axon.semantics.ops import OP_SPECS, ConstParams, InputParams, Op, Params, ReshapeParams
+from axon.semantics.sizes import Shape, Size, SizeFact, format_shape
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +62,29 @@ def input_node(name: str, shape: Shape) -> Node:
     return Node(Op.INPUT, (), InputParams(name), shape)
 
 
+def rename_size(size: Size, dims: Mapping[str, str]) -> Size:
+    return Size({tuple(sorted(dims.get(s, s) for s in monomial)): coeff for monomial, coeff in size.terms})
+
+
+def rename(nodes: tuple[Node, ...], dims: Mapping[str, str], tensors: Mapping[str, str] = {}) -> tuple[Node, ...]:
+    """The same terms with symbolic dimensions and input tensors renamed (shapes recomputed)."""
+    out: dict[Node, Node] = {}
+    for node in toposort(nodes):
+        if node.op is Op.INPUT:
+            name = node.params.name
+            out[node] = input_node(tensors.get(name, name), tuple(rename_size(s, dims) for s in node.shape))
+        elif node.op is Op.CONST:
+            value = node.params.value
+            params = ConstParams(rename_size(value, dims)) if isinstance(value, Size) else node.params
+            out[node] = Node(Op.CONST, (), params, node.shape)
+        else:
+            params = node.params
+            if isinstance(params, ReshapeParams):
+                params = ReshapeParams(tuple(rename_size(s, dims) for s in params.shape))
+            out[node] = make_node(node.op, [out[i] for i in node.inputs], params)
+    return tuple(out[n] for n in nodes)
+
+
 def toposort(outputs: Iterable[Node]) -> list[Node]:
     """Every node reachable from `outputs`, each once, inputs before users (iterative: no recursion limit)."""
     order: list[Node] = []
@@ -97,8 +120,8 @@ def _format_value(value) -> str:
 class Graph:
     inputs: tuple[Node, ...]  # INPUT nodes in parameter order
     outputs: tuple[Node, ...]
-    # (size, divisor) pairs: size must be a multiple of divisor (from strided slices)
-    constraints: frozenset[tuple[Size, int]] = frozenset()
+    # the size preconditions of its operators (strided slices, constant slice stops)
+    constraints: frozenset[SizeFact] = frozenset()
 
     def nodes(self) -> list[Node]:
         return toposort(self.outputs)

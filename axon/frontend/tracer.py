@@ -7,6 +7,7 @@ shapes and the line of the user's program. Nothing here evaluates numbers.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from numbers import Real
@@ -16,7 +17,7 @@ from axon.errors import ShapeError, UnsupportedError
 from axon.ir import Node, make_node
 from axon.semantics.ops import (OP_SPECS, AxisParams, ConstParams, Op, ReshapeParams, SliceParams,
                                 TransposeParams)
-from axon.semantics.sizes import Size, format_shape
+from axon.semantics.sizes import Size, SizeFact, format_shape
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +37,7 @@ class Trace:
     """What one tracing run collects besides the graph: size preconditions of its operators."""
 
     def __init__(self):
-        self.constraints: set[tuple[Size, int]] = set()
+        self.constraints: set[SizeFact] = set()
 
     def apply(self, op: Op, operands: list["Tensor"], params=None, what: Optional[str] = None) -> "Tensor":
         nodes = [t.node for t in operands]
@@ -47,6 +48,19 @@ class Trace:
             raise ShapeError(f"{_user_location()}{what or op.value}({shown}): {err}") from None
         self.constraints.update(OP_SPECS[op].constraints(tuple(n.shape for n in nodes), params))
         return Tensor(node, self)
+
+
+def _finite(value: Real) -> Real:
+    """Programs compute over the reals, and their reference in float64: a constant must be both."""
+    try:
+        finite = math.isfinite(float(value))
+    except OverflowError:
+        finite = False
+    if not finite:
+        shown = f"{value:.3g}" if isinstance(value, float) else f"of {len(str(abs(int(value))))} digits"
+        raise UnsupportedError(f"{_user_location()}constant {shown} is not a finite float64 number: a program's "
+                               "constants must be real numbers the float64 reference can hold")
+    return value
 
 
 def _unsupported(what: str, hint: str = ""):
@@ -85,7 +99,7 @@ class Tensor:
                 raise UnsupportedError(f"{_user_location()}tensors from two different programs are mixed")
             return value
         if isinstance(value, Real) and not isinstance(value, bool):
-            return Tensor(Node(Op.CONST, (), ConstParams(value), ()), self.trace)
+            return Tensor(Node(Op.CONST, (), ConstParams(_finite(value)), ()), self.trace)
         if isinstance(value, Size):
             return Tensor(Node(Op.CONST, (), ConstParams(value), ()), self.trace)
         raise UnsupportedError(f"{_user_location()}operand of type {type(value).__name__} is not supported: "

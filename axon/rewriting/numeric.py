@@ -43,19 +43,18 @@ def bindings(lhs: Node, rhs: Node, constraints=frozenset(), count: int = 2) -> l
     for values in _BINDINGS[:count]:
         binding = {n: values[i % len(values)] + (i // len(values)) for i, n in enumerate(names)}
         for _ in range(4):  # strided slices need multiples: scale until the preconditions hold
-            if all(_holds(size, div, binding) for size, div in constraints):
+            if all(_holds(fact, binding) for fact in constraints):
                 break
             binding = {n: v * 2 for n, v in binding.items()}
         out.append(binding)
     return out
 
 
-def _holds(size, divisor, binding) -> bool:
+def _holds(fact, binding) -> bool:
     try:
-        value = size.evaluate(binding)
+        return fact.holds(binding)
     except KeyError:
         return True
-    return value.denominator == 1 and value.numerator % divisor == 0
 
 
 def compare(lhs: Node, rhs: Node, binding: dict[str, int], seed: int = 0) -> Comparison:

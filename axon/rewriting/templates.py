@@ -9,14 +9,12 @@ dims (m, k, n) in one and (s, t, d) in another) is one query and one solver call
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Mapping
 
-from axon.ir import Node, input_node, make_node, toposort
-from axon.semantics.ops import ConstParams, Op, ReshapeParams, TransposeParams, AxisParams
-from axon.semantics.sizes import Size
+from axon.ir import Node, rename, toposort
+from axon.semantics.ops import Op, TransposeParams, AxisParams
 from axon.verification.numeric import node_dims
 
-Constraints = frozenset  # of (Size, divisor) pairs
+Constraints = frozenset  # of SizeFacts
 
 
 def leaves(*nodes: Node) -> list[Node]:
@@ -29,34 +27,12 @@ def dim_names(*nodes: Node) -> list[str]:
     return node_dims(toposort(nodes))
 
 
-def rename_size(size: Size, names: Mapping[str, str]) -> Size:
-    return Size({tuple(sorted(names[s] for s in monomial)): coeff for monomial, coeff in size.terms})
-
-
-def rename_dims(nodes: tuple[Node, ...], names: Mapping[str, str]) -> tuple[Node, ...]:
-    """The same terms with every symbolic dimension renamed (shapes recomputed from the leaves)."""
-    out: dict[Node, Node] = {}
-    for node in toposort(nodes):
-        if node.op is Op.INPUT:
-            out[node] = input_node(node.params.name, tuple(rename_size(s, names) for s in node.shape))
-        elif node.op is Op.CONST:
-            value = node.params.value
-            params = ConstParams(rename_size(value, names)) if isinstance(value, Size) else node.params
-            out[node] = Node(Op.CONST, (), params, node.shape)
-        else:
-            params = node.params
-            if isinstance(params, ReshapeParams):
-                params = ReshapeParams(tuple(rename_size(s, names) for s in params.shape))
-            out[node] = make_node(node.op, [out[i] for i in node.inputs], params)
-    return tuple(out[n] for n in nodes)
-
-
 def canonical(lhs: Node, rhs: Node, constraints: Constraints = frozenset()):
     """(lhs, rhs, constraints) with dimensions renamed d0, d1, ...: equal for equal queries."""
     order = dim_names(lhs, rhs)
     names = {s: f"d{i}" for i, s in enumerate(order)}
-    kept = frozenset((rename_size(size, names), div) for size, div in constraints if size.symbols <= set(names))
-    new_lhs, new_rhs = rename_dims((lhs, rhs), names)
+    kept = frozenset(fact.rename(names) for fact in constraints if fact.size.symbols <= set(names))
+    new_lhs, new_rhs = rename((lhs, rhs), names)
     return new_lhs, new_rhs, kept
 
 

@@ -69,10 +69,9 @@ def bind_sizes(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[str,
 
 
 def check_constraints(graph: Graph, binding: Mapping[str, int]) -> None:
-    for size, divisor in graph.constraints:
-        value = size.evaluate(binding)
-        if value.denominator != 1 or value.numerator % divisor:
-            raise InputError(f"size {size} = {value} must be a multiple of {divisor} for this program")
+    for fact in sorted(graph.constraints, key=str):
+        if not fact.holds(binding):
+            raise InputError(f"this program needs {fact.describe()}, but {fact.size} = {fact.size.evaluate(binding)}")
     for dim, value in binding.items():
         if value <= 0:
             raise InputError(f"dimension {dim} = {value} must be positive")
@@ -80,9 +79,22 @@ def check_constraints(graph: Graph, binding: Mapping[str, int]) -> None:
 
 def evaluate(graph: Graph, arrays: Mapping[str, np.ndarray], binding: Mapping[str, int] | None = None) -> tuple[np.ndarray, ...]:
     """All outputs of `graph` on `arrays`, in float64."""
+    env = evaluate_nodes(graph, arrays, binding)
+    return tuple(env[o] for o in graph.outputs)
+
+
+def evaluate_nodes(graph: Graph, arrays: Mapping[str, np.ndarray],
+                   binding: Mapping[str, int] | None = None) -> dict:
+    """The float64 value of every node of `graph` on `arrays`."""
     if binding is None:
         binding = bind_sizes(graph, {k: np.shape(v) for k, v in arrays.items()})
     env: dict = {}
+    with np.errstate(all="ignore"):  # infinities and NaNs are results, as in NumPy without warnings
+        _fill(env, graph, arrays, binding)
+    return env
+
+
+def _fill(env: dict, graph: Graph, arrays, binding) -> None:
     for node in graph.nodes():
         if node.op is Op.INPUT:
             env[node] = np.asarray(arrays[node.params.name], dtype=np.float64)
@@ -92,4 +104,3 @@ def evaluate(graph: Graph, arrays: Mapping[str, np.ndarray], binding: Mapping[st
             args = [env[i] for i in node.inputs]
             env[node] = np.asarray(OP_SPECS[node.op].numpy(args, node.params, bind_shape(node.shape, binding)),
                                    dtype=np.float64)
-    return tuple(env[o] for o in graph.outputs)

@@ -3,7 +3,8 @@
 Each `OpSpec` states, once:
   * `shape(in_shapes, params)`: the precondition and shape rule over symbolic sizes (raises
     ShapeError naming the mismatch);
-  * `constraints(in_shapes, params)`: divisibility facts the operator needs of the sizes;
+  * `constraints(in_shapes, params)`: the `SizeFact`s the operator needs of the sizes (a strided
+    slice needs its axis divisible by the step, a constant stop needs the axis to reach it);
   * `element(alg, read, idx, in_shapes, params)`: the element-level meaning, an index map plus a
     scalar function, written against an abstract algebra (see algebra.py) so that the same text
     yields concrete numbers (tests) and SMT terms (verification);
@@ -21,7 +22,7 @@ import numpy as np
 
 from axon.errors import ShapeError
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
-from axon.semantics.sizes import Shape, Size, format_shape
+from axon.semantics.sizes import Shape, Size, SizeFact, format_shape
 
 
 class OpKind(enum.Enum):
@@ -111,7 +112,7 @@ class OpSpec:
     element: Callable[..., Any]
     numpy: Callable[[list[np.ndarray], Params, tuple[int, ...]], np.ndarray]  # (args, params, bound out shape)
     scalar: Optional[ScalarOp] = None
-    constraints: Callable[[tuple[Shape, ...], Params], tuple[tuple[Size, int], ...]] = lambda shapes, p: ()
+    constraints: Callable[[tuple[Shape, ...], Params], tuple[SizeFact, ...]] = lambda shapes, p: ()
 
 
 # --- shape rules ---------------------------------------------------------------------------
@@ -183,6 +184,8 @@ def _transpose_shape(shapes, p: TransposeParams):
 
 def _slice_extent(size: Size, start: int, stop: Optional[int], step: int) -> Size:
     if stop is not None:
+        # a literal axis clips as NumPy does; a symbolic one must reach the stop (a SizeFact
+        # recorded by `_slice_constraints`), so the extent is the same at every size the program takes
         bound = size.as_int()
         if bound is not None:
             stop = min(stop, bound)
@@ -208,9 +211,19 @@ def _slice_shape(shapes, p: SliceParams):
 
 
 def _slice_constraints(shapes, p: SliceParams):
+    """start:stop:step of a symbolic axis k: with a constant stop, k >= stop (NumPy would clip at
+    smaller k and change the shape); open-ended with step > 1, step | k (the extent k/step + c is
+    exact only then)."""
     (s,) = shapes
-    return tuple((size, step) for size, (start, stop, step) in zip(s, p.slices)
-                 if stop is None and step > 1 and size.as_int() is None)
+    facts = []
+    for size, (start, stop, step) in zip(s, p.slices):
+        if size.as_int() is not None:
+            continue
+        if stop is not None and stop > 1:
+            facts.append(SizeFact(size, minimum=stop))
+        elif stop is None and step > 1:
+            facts.append(SizeFact(size, divisor=step))
+    return tuple(facts)
 
 
 def _product(shape: Shape) -> Size:

@@ -4,10 +4,12 @@ A dimension of a tensor is a `Size`: `m`, `k/2`, `m*k`, `1`, ... Sizes are kept 
 (a sorted tuple of (monomial, coefficient) terms), so two sizes are equal exactly when their
 polynomials are equal; this is what shape checking and broadcasting compare. A fractional
 coefficient (as in `d/2` from a stride-2 slice) is only valid under a divisibility precondition,
-which the operator that created it records on the program.
+which the operator that created it records on the program as a `SizeFact` (so does a slice whose
+constant stop needs its symbolic axis to be long enough).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Union
 
@@ -149,3 +151,30 @@ def format_shape(shape: Shape) -> str:
 
 def bind_shape(shape: Shape, binding: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(s.evaluate_int(binding) for s in shape)
+
+
+@dataclass(frozen=True)
+class SizeFact:
+    """A precondition a program puts on its sizes: `size` is a multiple of `divisor` and at least
+    `minimum`. Every stage reads it the same way: the evaluator rejects sizes that break it, the
+    refuter and the fuzzer never bind them, the prover assumes it, and a verdict states it."""
+
+    size: Size
+    divisor: int = 1
+    minimum: int = 1
+
+    def holds(self, binding: Mapping[str, int]) -> bool:
+        value = self.size.evaluate(binding)
+        return value.denominator == 1 and value.numerator % self.divisor == 0 and value >= self.minimum
+
+    def rename(self, names: Mapping[str, str]) -> "SizeFact":
+        renamed = Size({tuple(sorted(names.get(s, s) for s in m)): c for m, c in self.size.terms})
+        return SizeFact(renamed, self.divisor, self.minimum)
+
+    def describe(self) -> str:
+        parts = []
+        if self.divisor > 1:
+            parts.append(f"{self.size} even" if self.divisor == 2 else f"{self.size} a multiple of {self.divisor}")
+        if self.minimum > 1:
+            parts.append(f"{self.size} >= {self.minimum}")
+        return " and ".join(parts)

@@ -1,16 +1,22 @@
 """Equivalence of two programs (or two sub-DAGs) for all sizes: `Verifier`, `verify`.
 
 Check order (shared/axon-paper.md, Pipeline 3): output count and rank, input signatures, shape
-equality (sizes are canonical polynomials, so symbolic shapes compare exactly), then NumPy
-evaluation at small sizes on random inputs (the cheap filter, and the only source of reported
-counterexamples), then value equality at a fresh symbolic index: each output element is encoded
-as a canonical term (axon/verification/symbolic.py), the difference becomes one ground SMT query
-(axon/verification/smt.py), and `unsat` proves it. A solver `sat` is reported as a counterexample
-only when NumPy confirms it at the model's sizes; `unknown` or a timeout means "not proved".
+equality (sizes are canonical polynomials, so symbolic shapes compare exactly), then the sizes the
+claim can cover (the programs' `SizeFact`s, positive intermediate sizes, and no size at which a
+divisor is zero for every input), then NumPy evaluation at small sizes on random inputs, with
+every flagged difference confirmed in high precision (the cheap filter, and the only source of
+reported counterexamples), then value equality at a fresh symbolic index: each output element is
+encoded as a canonical term (axon/verification/symbolic.py), the difference becomes one ground SMT
+query (axon/verification/smt.py), and `unsat` proves it. A solver `sat` is reported as a
+counterexample only when high precision confirms it at the model's sizes; `unknown` or a timeout
+means "not proved".
 
-Proofs hold over the reals under the domain assumptions (every divisor non-zero, every sqrt argument
->= 0, every log argument > 0); the verdict's reason says when a proof used them. A `Verifier` owns
-its caches (verdicts by graph structure, solver outcomes by the query's canonical text) and stats.
+A proof's `Claim` says exactly what it covers: the size conditions it used, and the domain
+assumptions (divisor != 0, sqrt argument >= 0, log argument > 0, inside folds for every binder
+value) that the solver could not derive from the sizes alone. Whole programs are compared by
+`check_programs`, which matches inputs by position (`align`); sub-DAGs match inputs by name.
+A `Verifier` owns its caches (verdicts by graph structure, solver outcomes by the query's
+canonical text) and stats.
 """
 from __future__ import annotations
 
@@ -20,11 +26,12 @@ from typing import Optional
 
 import numpy as np
 
-from axon.errors import UnsupportedError
-from axon.ir import Graph, Node, toposort
+from axon.errors import InputError, UnsupportedError
+from axon.ir import Graph, Node, rename, toposort
 from axon.semantics.ops import Op
-from axon.semantics.sizes import bind_shape, format_shape
+from axon.semantics.sizes import Size, bind_shape, format_shape
 from axon.verification import numeric
+from axon.verification.claim import Claim, narrowing, positivity, simplify
 from axon.verification.smt import Outcome, Query, solve
 from axon.verification.symbolic import Encoder, SymbolicAlgebra, output_index, size_poly
 from axon.verification.terms import Undefined
@@ -44,10 +51,23 @@ class Verdict:
     solver_time_s: float = 0.0
     query: Optional[str] = None  # short description of the deciding query
     cached: bool = False
+    claim: Optional[Claim] = None  # what a proof covers (PROVED only)
 
     @property
     def proved(self) -> bool:
         return self.status is Status.PROVED
+
+    @property
+    def assumptions(self) -> tuple[str, ...]:
+        return self.claim.assumption_texts if self.claim else ()
+
+    @property
+    def conditions(self) -> tuple[str, ...]:
+        return self.claim.conditions if self.claim else ()
+
+    def covers(self, sizes) -> bool:
+        """Does the proof claim equality at this size binding? (False unless PROVED.)"""
+        return self.proved and self.claim is not None and self.claim.covers(sizes)
 
 
 @dataclass
@@ -60,7 +80,6 @@ class VerifierStats:
     solver_time_s: float = 0.0
 
 
-DOMAIN_NOTE = {"!=": "divisors are non-zero", ">=": "sqrt arguments are >= 0", ">": "log arguments are > 0"}
 QUERY_CHARS = 240  # a deciding query is shown abbreviated to this many characters
 
 
@@ -74,6 +93,10 @@ class Verifier:
         self._outcomes: dict[str, Outcome] = {}
 
     # -- public -------------------------------------------------------------------------------
+    def check_programs(self, a: Graph, b: Graph) -> Verdict:
+        """Two whole programs: inputs correspond by position, dimension names are each program's own."""
+        return self.check_graphs(a, align(a, b))
+
     def check_graphs(self, a: Graph, b: Graph) -> Verdict:
         """Are the outputs of `a` and `b` pairwise equal for all sizes and inputs (matched by name)?"""
         key = (a.inputs, a.outputs, a.constraints, b.inputs, b.outputs, b.constraints)
@@ -107,10 +130,30 @@ class Verifier:
         for k, (oa, ob) in enumerate(zip(a.outputs, b.outputs)):
             if oa.shape != ob.shape:
                 return self._shape_mismatch(a, b, k)
-        cex = numeric.refute(a, b, self.numeric_trials, self.seed)
+        claim_or_verdict = self._sizes_claimed(a, b)
+        if isinstance(claim_or_verdict, Verdict):
+            return claim_or_verdict
+        small, claim = claim_or_verdict
+        extra = [binding for binding in small if claim.covers(binding)]
+        cex = numeric.refute(a, b, self.numeric_trials, self.seed, extra=extra, narrowed=claim.facts)
         if cex is not None:
             return Verdict(Status.REFUTED, _describe(cex), cex)
-        return self._prove(a, b)
+        return self._prove(a, b, claim)
+
+    def _sizes_claimed(self, a: Graph, b: Graph):
+        """(small bindings, the Claim's sizes): the programs' facts, the positivity of every
+        intermediate size, and a lower bound that leaves out sizes where a divisor is zero for
+        every input; or an UNKNOWN verdict when no small size is left."""
+        nodes = toposort(a.outputs + b.outputs)
+        facts = a.constraints | b.constraints
+        base = list(facts) + positivity(s for n in nodes for s in n.shape)
+        small, failing = numeric.domain_failures(a, b, facts, self.seed)
+        narrowed = narrowing(small, failing)
+        if narrowed is None:
+            return Verdict(Status.UNKNOWN, "not proved: at every small size some divisor (or log argument) is zero "
+                                           f"for every input, e.g. at {_sizes(failing[0])}")
+        note = "".join(f"for {f.size} < {f.minimum} a divisor is zero for every input" for f in narrowed)
+        return small, Claim(simplify(base + narrowed), (), note)
 
     def _shape_mismatch(self, a: Graph, b: Graph, k: int) -> Verdict:
         oa, ob = a.outputs[k], b.outputs[k]
@@ -124,14 +167,14 @@ class Verifier:
                 return Verdict(Status.REFUTED, f"{why}: {_describe(cex)}", cex)
         return Verdict(Status.UNKNOWN, f"{why}, but no small sizes were found where they differ")
 
-    def _prove(self, a: Graph, b: Graph) -> Verdict:
+    def _prove(self, a: Graph, b: Graph, claim: Claim) -> Verdict:
         alg = SymbolicAlgebra()
         enc = Encoder(alg)
         nodes = toposort(a.outputs + b.outputs)
-        positive = {p.key: p for n in nodes for p in map(size_poly, n.shape) if not p.is_const}
-        divisible = tuple(sorted(((size_poly(s), d) for s, d in a.constraints | b.constraints),
-                                 key=lambda t: (t[0].key, t[1])))
-        spent, all_cached, used = 0.0, True, set()
+        positive = tuple({p.key: p for n in nodes for p in map(size_poly, n.shape) if not p.is_const}.values())
+        facts = tuple(sorted(((size_poly(f.size), f.divisor, f.minimum) for f in claim.facts),
+                             key=lambda t: (t[0].key, t[1], t[2])))
+        spent, all_cached = 0.0, True
         for k, (oa, ob) in enumerate(zip(a.outputs, b.outputs)):
             index = output_index(oa.rank)
             try:
@@ -139,39 +182,57 @@ class Verifier:
             except (Undefined, UnsupportedError, RecursionError) as err:
                 return Verdict(Status.UNKNOWN, f"output {k} could not be encoded symbolically: {err}",
                                solver_time_s=spent)
-            assumptions = tuple(sorted(alg.assumptions.values(), key=lambda t: (t[0], t[1].key)))
-            query = Query(difference, assumptions, tuple(zip(index, map(size_poly, oa.shape))),
-                          tuple(positive.values()), divisible)
+            ground = tuple(sorted(((f.relation, f.term) for f in alg.assumptions.values() if f.ground),
+                                  key=lambda t: (t[0], t[1].key)))
+            bounds = tuple(zip(index, map(size_poly, oa.shape)))
+            query = Query(difference, ground, bounds, positive, facts)
             label = _abbreviate(f"output {k}: {difference.key} == 0")
-            cached = query.key in self._outcomes
-            if cached:
-                self.stats.cache_hits += 1
-                outcome = self._outcomes[query.key]
-            else:
-                outcome = solve(query, self.timeout_ms, self.seed)
-                self._outcomes[query.key] = outcome
-                self.stats.solver_calls += 1
-                self.stats.solver_time_s += outcome.seconds
-                spent += outcome.seconds
-                all_cached = False
+            outcome, cached = self._solve(query)
+            spent += 0.0 if cached else outcome.seconds
+            all_cached &= cached
             if outcome.result == "sat":
-                return self._confirm(a, b, outcome, label, spent)
+                return self._confirm(a, b, outcome, label, spent, claim)
             if outcome.result != "unsat":
                 return Verdict(Status.UNKNOWN, f"not proved: {outcome.reason}", solver_time_s=spent, query=label,
                                cached=cached)
-            used |= {relation for relation, _ in assumptions}
-        notes = [DOMAIN_NOTE[r] for r in sorted(used)]
-        reason = "equal for all sizes" + (f", assuming {' and '.join(notes)}" if notes else "")
-        return Verdict(Status.PROVED, reason, solver_time_s=spent, cached=all_cached)
+        stated = self._stated(alg.assumptions.values(), positive, facts, max((o.rank for o in a.outputs), default=0))
+        claim = replace(claim, assumptions=tuple(sorted(stated)))
+        return Verdict(Status.PROVED, claim.describe(), solver_time_s=spent, cached=all_cached, claim=claim)
 
-    def _confirm(self, a: Graph, b: Graph, outcome: Outcome, label: str, spent: float) -> Verdict:
-        """A solver model is reported only if NumPy shows a difference at the model's sizes."""
+    def _solve(self, query: Query) -> tuple[Outcome, bool]:
+        """The solver's outcome for `query`, memoised by its canonical text; (outcome, was cached)."""
+        if query.key in self._outcomes:
+            self.stats.cache_hits += 1
+            return self._outcomes[query.key], True
+        outcome = solve(query, self.timeout_ms, self.seed)
+        self._outcomes[query.key] = outcome
+        self.stats.solver_calls += 1
+        self.stats.solver_time_s += outcome.seconds
+        return outcome, False
+
+    def _stated(self, assumptions, positive, facts, rank: int) -> set[str]:
+        """The relations of the assumptions that do not follow from the sizes (and the solver's
+        lemmas, e.g. exp > 0): a mean's divisor k, or 1 + exp(-x), is no assumption at all."""
+        stated = set()
+        index_bounds = tuple(zip(output_index(rank), _output_extents(rank)))
+        for fact in assumptions:
+            if fact.relation in stated:
+                continue
+            bounds = tuple((i, s) for i, s in index_bounds if i.key in fact.term.free) + fact.binders
+            query = Query(fact.term, (), bounds, positive + tuple(s for _, s in bounds if not s.is_const), facts,
+                          claim=fact.relation)
+            if self._solve(query)[0].result != "unsat":
+                stated.add(fact.relation)
+        return stated
+
+    def _confirm(self, a: Graph, b: Graph, outcome: Outcome, label: str, spent: float, claim: Claim) -> Verdict:
+        """A solver model is reported only if high precision shows a difference at the model's sizes."""
         sizes = outcome.model_sizes or {}
         nodes = toposort(a.outputs + b.outputs)
         dims = numeric.node_dims(nodes)
         if set(dims) <= set(sizes):
             binding = {d: sizes[d] for d in dims}
-            if (numeric.valid_binding(binding, nodes, a.constraints | b.constraints)
+            if (numeric.valid_binding(binding, nodes, a.constraints | b.constraints) and claim.covers(binding)
                     and all(np.prod(bind_shape(n.shape, binding)) <= numeric.MAX_ELEMENTS for n in nodes)):
                 cex = numeric.refute(a, b, 1, self.seed + 1, only=[binding])
                 if cex is not None:
@@ -183,7 +244,7 @@ class Verifier:
 
 def verify(f, g, **kw) -> Verdict:
     """Are two programs (axon.Program or Graph) equivalent for all sizes? See `Verifier`."""
-    return Verifier(**kw).check_graphs(_as_graph(f), _as_graph(g))
+    return Verifier(**kw).check_programs(_as_graph(f), _as_graph(g))
 
 
 def _as_graph(p) -> Graph:
@@ -198,6 +259,41 @@ def _as_graph(p) -> Graph:
 def _graph_of(node: Node, constraints) -> Graph:
     leaves = sorted((n for n in toposort([node]) if n.op is Op.INPUT), key=lambda n: n.params.name)
     return Graph(tuple(leaves), (node,), frozenset(constraints))
+
+
+def align(a: Graph, b: Graph) -> Graph:
+    """`b` with its inputs and dimensions renamed to `a`'s, matching inputs by position (a
+    program's dimension names are its own: x(m, n) and x(rows, cols) are one signature)."""
+    if len(a.inputs) != len(b.inputs):
+        raise InputError(f"the programs take {len(a.inputs)} and {len(b.inputs)} inputs")
+    dims: dict[str, str] = {}
+    for pos, (na, nb) in enumerate(zip(a.inputs, b.inputs)):
+        mismatch = InputError(f"input {pos + 1} is {na.params.name}{format_shape(na.shape)} in one program and "
+                              f"{nb.params.name}{format_shape(nb.shape)} in the other: their sizes do not correspond")
+        if na.rank != nb.rank:
+            raise mismatch
+        for sa, sb in zip(na.shape, nb.shape):
+            if sa.is_constant or sb.is_constant:
+                if sa != sb:
+                    raise mismatch
+                continue
+            ((ma, ca),), ((mb, cb),) = sa.terms, sb.terms  # declared dims are `name` or `c*name`
+            if ca != cb or dims.setdefault(mb[0], ma[0]) != ma[0]:
+                raise mismatch
+    if len(set(dims.values())) != len(dims):
+        raise InputError("the programs' inputs do not correspond: one program has two sizes where the other has one")
+    tensors = {nb.params.name: na.params.name for na, nb in zip(a.inputs, b.inputs)}
+    renamed = rename(b.inputs + b.outputs, dims, tensors)
+    return Graph(renamed[:len(b.inputs)], renamed[len(b.inputs):], frozenset(f.rename(dims) for f in b.constraints))
+
+
+def _sizes(binding: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in binding.items()) or "no dimensions"
+
+
+def _output_extents(rank: int):
+    """Placeholder extents for index variables an assumption mentions: a fresh positive size each."""
+    return tuple(size_poly(Size.of(f"_extent{k}")) for k in range(rank))
 
 
 def _describe(cex: dict) -> str:

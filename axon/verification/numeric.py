@@ -1,27 +1,38 @@
 """Refutation by evaluation: both sides run in NumPy (float64) at small concrete sizes on random inputs.
 
 This is the cheap first filter of every equivalence check and the only source of reported
-counterexamples: a difference is reported only when the NumPy reference shows it. Size bindings
-respect the graphs' divisibility preconditions and keep every intermediate size positive; the
+counterexamples. float64 only *flags* candidate elements (a difference of more than SCREEN_ULPS
+units in the last place of the operands' magnitude, or NaN/inf where the other side has a number);
+each flagged element is then recomputed in high precision from the element rules
+(axon/semantics/precise.py) and reported only if the two programs differ there too. So rounding
+((x + 1e10) - 1e10, exp(x + 1000) * exp(-1000), softmax of 800 x) is never a counterexample, and
+an exact difference that is small next to the output (x * 1e12 vs x * 1e12 + 1) is still seen.
+
+Size bindings respect the graphs' `SizeFact`s and keep every intermediate size positive; the
 first binding gives each dimension a distinct value (so a misplaced transpose of two symbolic
 dimensions cannot hide behind equal sizes), later ones are random and may use 1 (broadcasts).
+`domain_failures` evaluates a grid of the smallest sizes for divisors (and log arguments) that
+are zero for every input: sizes the claim of a proof must leave out.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from axon.ir import Graph, Node, toposort
-from axon.semantics.evaluate import evaluate
+from axon.semantics import precise
+from axon.semantics.evaluate import evaluate, evaluate_nodes
 from axon.semantics.ops import Op
 from axon.semantics.sizes import Size, bind_shape
 
-# Outputs agree when |a - b| <= RTOL * scale, scale = max(1, largest finite magnitude of either output).
-# float64 evaluation of the same real function at these sizes differs by ~1e-15 relative; 1e-9 leaves
-# room for cancellation while still seeing a changed epsilon (1e-6 vs 1e-5) in a normalisation.
-RTOL = 1e-9
-MAX_ELEMENTS = 4096  # per input tensor: keeps one trial to milliseconds
+SCREEN_ULPS = 64      # float64 flags |a - b| > SCREEN_ULPS * eps * (|a| + |b|) for a precise recheck
+CONFIRM_PER_OUTPUT = 16  # flagged elements rechecked in high precision per output and binding
+MAX_ELEMENTS = 4096   # per input tensor: keeps one trial to milliseconds
+GRID = (1, 2, 3, 4)   # the sizes `domain_failures` tries along each dimension (1, 2, 3 past 2 dims)
+ZERO = 1e-9           # |divisor| below this on standard-normal inputs, twice at one element: zero
+DIVISOR_OPERANDS = {Op.DIV: 1, Op.RECIPROCAL: 0, Op.RSQRT: 0, Op.LOG: 0}  # operand that must be != 0
 
 
 def node_dims(nodes: Iterable[Node]) -> list[str]:
@@ -42,10 +53,8 @@ def valid_binding(binding: Mapping[str, int], nodes: Sequence[Node], constraints
                   max_size: Optional[int] = None) -> bool:
     """Every size of every node is a positive integer (at most `max_size`, if given) and every
     divisibility precondition holds."""
-    for size, divisor in constraints:
-        value = size.evaluate(binding)
-        if value.denominator != 1 or value.numerator % divisor:
-            return False
+    if not all(fact.holds(binding) for fact in constraints):
+        return False
     for node in nodes:
         for size in node.shape:
             value = size.evaluate(binding)
@@ -76,25 +85,37 @@ def random_inputs(inputs: Sequence[Node], binding: Mapping[str, int], rng: np.ra
     return {n.params.name: rng.standard_normal(bind_shape(n.shape, binding)) for n in inputs}
 
 
-def first_difference(a: np.ndarray, b: np.ndarray) -> Optional[tuple[tuple[int, ...], float, float]]:
-    """The first index where two same-shaped outputs differ beyond tolerance (NaN equals NaN)."""
-    finite = np.concatenate([np.abs(a[np.isfinite(a)]).ravel(), np.abs(b[np.isfinite(b)]).ravel(), [1.0]])
-    scale = float(finite.max())
-    with np.errstate(invalid="ignore"):
-        close = np.isclose(a, b, rtol=RTOL, atol=RTOL * scale, equal_nan=True)
-    if close.all():
+def flagged(a: np.ndarray, b: np.ndarray) -> list[tuple[int, ...]]:
+    """Indices where float64 cannot vouch that two same-shaped outputs agree, most suspicious first."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        gap = np.abs(a - b)
+        same = (gap <= SCREEN_ULPS * np.finfo(np.float64).eps * (np.abs(a) + np.abs(b))) | (a == b)
+        same |= np.isnan(a) & np.isnan(b)
+        order = np.argsort(-np.where(np.isfinite(gap), gap / (np.abs(a) + np.abs(b) + 1e-300), np.inf), axis=None)
+    bad = ~same.ravel()
+    return [tuple(int(i) for i in np.unravel_index(k, a.shape)) for k in order if bad[k]][:CONFIRM_PER_OUTPUT]
+
+
+def confirmed_difference(a: Graph, b: Graph, k: int, index, arrays, binding) -> Optional[tuple[float, float]]:
+    """The two values of output `k` at `index` if they differ in high precision, else None."""
+    va, scale_a = precise.element(a, k, index, arrays, binding)
+    vb, scale_b = precise.element(b, k, index, arrays, binding)
+    if precise.agree(va, vb, max(scale_a, scale_b)):
         return None
-    index = tuple(int(i) for i in np.argwhere(~close)[0])
-    return index, float(a[index]), float(b[index])
+    return float(va), float(vb)
 
 
-def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[dict]] = None) -> Optional[dict]:
-    """A NumPy-confirmed counterexample to `a == b` (same output count and ranks assumed), or None."""
+def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[dict]] = None,
+           extra: Sequence[dict] = (), narrowed: Iterable = ()) -> Optional[dict]:
+    """A counterexample to `a == b` (same output count and ranks assumed) confirmed in high
+    precision, or None. Tries `trials` bindings of its own that meet the graphs' facts and
+    `narrowed` (or exactly `only`), then `extra`."""
     nodes = toposort(a.outputs + b.outputs)
     inputs = {n.params.name: n for n in nodes if n.op is Op.INPUT}
     rng = np.random.default_rng(seed)
-    constraints = a.constraints | b.constraints
+    constraints = a.constraints | b.constraints | frozenset(narrowed)
     trial_bindings = list(only) if only is not None else bindings(node_dims(nodes), nodes, constraints, trials, rng)
+    trial_bindings += [x for x in extra if x not in trial_bindings]
     for binding in trial_bindings:
         arrays = random_inputs(list(inputs.values()), binding, rng)
         outs_a = evaluate(Graph(tuple(inputs.values()), a.outputs, a.constraints), arrays, binding)
@@ -102,8 +123,60 @@ def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[d
         for k, (out_a, out_b) in enumerate(zip(outs_a, outs_b)):
             if out_a.shape != out_b.shape:
                 return {"sizes": dict(binding), "output": k, "shape_a": out_a.shape, "shape_b": out_b.shape}
-            diff = first_difference(out_a, out_b)
-            if diff is not None:
-                index, va, vb = diff
-                return {"sizes": dict(binding), "output": k, "index": index, "a": va, "b": vb}
+            for index in flagged(out_a, out_b):
+                values = confirmed_difference(a, b, k, index, arrays, binding)
+                if values is not None:
+                    return {"sizes": dict(binding), "output": k, "index": index, "a": values[0], "b": values[1]}
     return None
+
+
+# --- sizes at which a program's divisors vanish --------------------------------------------
+def grid(dims: Sequence[str], nodes: Sequence[Node], constraints) -> list[dict[str, int]]:
+    """Every valid binding of the dimensions to the smallest sizes (GRID; 1..3 past two dimensions)."""
+    values = GRID if len(dims) <= 2 else GRID[:3]
+    out = []
+    for combo in itertools.product(values, repeat=len(dims)):
+        binding = dict(zip(dims, combo))
+        if valid_binding(binding, nodes, constraints) and all(
+                np.prod(bind_shape(n.shape, binding), dtype=np.int64) <= MAX_ELEMENTS for n in nodes):
+            out.append(binding)
+    return out
+
+
+def divisor_nodes(nodes: Iterable[Node]) -> list[Node]:
+    """The operands the programs divide by (or take the log of): each must be non-zero."""
+    return [n.inputs[DIVISOR_OPERANDS[n.op]] for n in nodes if n.op in DIVISOR_OPERANDS]
+
+
+def _zero_somewhere(graph: Graph, divisors: Sequence[Node], inputs, binding, rng) -> Optional[list[np.ndarray]]:
+    """Per divisor, where it is zero on one random draw, confirmed in high precision (float64
+    underflows exp(-800) to zero; the reals do not)."""
+    arrays = random_inputs(inputs, binding, rng)
+    env = evaluate_nodes(graph, arrays, binding)
+    masks = []
+    for k, d in enumerate(divisors):
+        mask = np.zeros(env[d].shape, dtype=bool)
+        for index in map(tuple, np.argwhere(np.abs(env[d]) <= ZERO)[:CONFIRM_PER_OUTPUT]):
+            mask[index] = precise.is_zero(graph, k, index, arrays, binding)
+        masks.append(mask)
+    return masks if any(m.any() for m in masks) else None
+
+
+def domain_failures(a: Graph, b: Graph, constraints, seed: int) -> tuple[list[dict], list[dict]]:
+    """(grid, failing): the smallest valid bindings, and those where some divisor of either
+    program is zero at one element for every input tried (two standard-normal draws)."""
+    nodes = toposort(a.outputs + b.outputs)
+    divisors = list(dict.fromkeys(divisor_nodes(nodes)))
+    if not divisors:
+        return [], []
+    inputs = [n for n in nodes if n.op is Op.INPUT]
+    graph = Graph(tuple(inputs), tuple(divisors))
+    rng = np.random.default_rng(seed + 7)
+    small = grid(node_dims(nodes), nodes, constraints)
+    failing = []
+    for binding in small:
+        first = _zero_somewhere(graph, divisors, inputs, binding, rng)
+        second = first and _zero_somewhere(graph, divisors, inputs, binding, rng)
+        if second and any((m1 & m2).any() for m1, m2 in zip(first, second)):
+            failing.append(binding)
+    return small, failing

@@ -1,11 +1,14 @@
 """Ground SMT queries: a canonical term difference, its side conditions, and one z3 call.
 
-A `Query` states: for positive integer dimensions meeting the divisibility and non-empty-size
-preconditions, for an index inside the output, under the domain assumptions, is `difference` 0?
+A `Query` states: for positive integer dimensions meeting the size facts (divisibility, minimum
+sizes) and non-empty-size preconditions, for an index inside the output (and fold binders inside
+their extents), under the domain assumptions, is `difference` 0? (`claim` may ask `!= 0`, `> 0`
+or `>= 0` instead: whether a domain assumption follows from the sizes alone.)
 Its translation is quantifier-free: tensors are uninterpreted functions Int^r -> Real, exp/log/
 sqrt/tanh uninterpreted functions Real -> Real, max/min if-then-else, and each distinct canonical
 fold one fresh real constant (sound: a fold's value is some real, and equal folds already share one
 key). Lemmas that remain for the solver are ground instances at the terms in play (`exp_pos`,
+`exp_add` for pairs of exp atoms whose arguments add up to 0 or to a third one's,
 `sqrt_nonneg`, `sqrt_square`, `nonzero_divisor`).
 
 Each call gets its own z3 Context with a fixed timeout and random seed: contexts share nothing, so
@@ -41,16 +44,18 @@ class Query:
     assumptions: tuple[tuple[str, Poly], ...]       # (relation to 0, term): domain assumptions
     bounds: tuple[tuple[Poly, Poly], ...]           # (index, size): 0 <= index < size
     positive: tuple[Poly, ...]                      # sizes that must be >= 1
-    divisible: tuple[tuple[Poly, int], ...]         # (size, d): d divides size
+    facts: tuple[tuple[Poly, int, int], ...]        # (size, d, n): d divides size, size >= n
+    claim: str = "=="                               # prove `difference <claim> 0`
     label: str = ""
 
     @property
     def key(self) -> str:
         """Canonical text of the query (index variables are named by output axis), the memo key."""
-        return " ; ".join([self.difference.key, *sorted(f"{r} 0: {p.key}" for r, p in self.assumptions),
+        return " ; ".join([f"{self.claim} 0: {self.difference.key}",
+                           *sorted(f"{r} 0: {p.key}" for r, p in self.assumptions),
                            *(f"0 <= {i.key} < {s.key}" for i, s in self.bounds),
                            *sorted(f"{p.key} >= 1" for p in self.positive),
-                           *sorted(f"{d} | {p.key}" for p, d in self.divisible)])
+                           *sorted(f"{d} | {p.key} >= {n}" for p, d, n in self.facts)])
 
 
 @dataclass
@@ -106,7 +111,7 @@ class _Translation:
         return z3.simplify(total)
 
     def int_atom(self, a: Atom) -> z3.ArithRef:
-        if isinstance(a, Var) and a.kind in ("dim", "idx"):
+        if isinstance(a, Var) and a.kind in ("dim", "idx", "bound"):
             return self.var(a)
         if isinstance(a, Fn) and a.op in ("floordiv", "mod"):
             x, y = (self.integer(arg) for arg in a.args)
@@ -148,6 +153,22 @@ class _Translation:
         return value
 
 
+def _exp_add(tr: _Translation) -> list[z3.BoolRef]:
+    """exp(a) exp(b) = exp(a + b) for the exp atoms in play: the term constructors already merge
+    exps of one monomial, but exp(1000) exp(-1000) are two constants' atoms."""
+    exps = {a.args[0]: v for a, v in tr.atoms.items() if isinstance(a, Fn) and a.op == "exp"}
+    lemmas = []
+    args = sorted(exps, key=lambda p: p.key)
+    for i, p in enumerate(args):
+        for q in args[i + 1:]:
+            total = p + q
+            if total == Poly.const(0):
+                lemmas.append(exps[p] * exps[q] == 1)
+            elif total in exps:
+                lemmas.append(exps[p] * exps[q] == exps[total])
+    return lemmas
+
+
 def _side_conditions(tr: _Translation, q: Query) -> list[z3.BoolRef]:
     facts: list[z3.BoolRef] = []
     for relation, p in q.assumptions:
@@ -157,9 +178,14 @@ def _side_conditions(tr: _Translation, q: Query) -> list[z3.BoolRef]:
         i = tr.real(index)
         facts += [i >= 0, i < tr.real(size)]
     facts += [tr.real(p) >= 1 for p in q.positive]
-    for p, d in q.divisible:
-        facts.append(z3.ToReal(z3.Int(f"mult{len(facts)}", tr.ctx)) * d == tr.real(p))
+    for p, d, n in q.facts:
+        if d > 1:
+            facts.append(z3.ToReal(z3.Int(f"mult{len(facts)}", tr.ctx)) * d == tr.real(p))
+        facts.append(tr.real(p) >= n)
     return facts
+
+
+NEGATED = {"==": lambda x: x != 0, "!=": lambda x: x == 0, ">": lambda x: x <= 0, ">=": lambda x: x < 0}
 
 
 def solve(q: Query, timeout_ms: int, seed: int) -> Outcome:
@@ -210,8 +236,8 @@ def _solve(q: Query, timeout_ms: int, seed: int) -> Outcome:
     ctx = z3.Context()
     try:
         tr = _Translation(ctx)
-        goal = tr.real(q.difference) != 0
-        facts = _side_conditions(tr, q)
+        goal = NEGATED[q.claim](tr.real(q.difference))
+        facts = _side_conditions(tr, q) + _exp_add(tr)
         for var in list(tr.dims):
             if var.startswith("dim:"):
                 facts.append(tr.dims[var] >= 1)

@@ -4,11 +4,15 @@
 same `element` rules that give numbers under `ConcreteAlgebra` give `terms.Poly` values here.
 Scalar operations the solver does not know natively are expanded through their `definition`
 (sigmoid, silu, gelu, rsqrt, ...), so each operator's meaning is written once. The algebra also
-records the domain assumptions of the operations it meets outside any fold (divisor != 0, sqrt
-argument >= 0, log argument > 0): proofs hold under them, and the solver checks they can hold.
+records the domain assumptions of every operation it meets (divisor != 0, sqrt argument >= 0, log
+argument > 0), inside folds too: there an assumption holds for every value of the fold binders in
+scope (`Assumption.binders`), since the term constructors cancel `d(r) / d(r)` inside a fold body
+just as they do outside. Proofs hold under the assumptions; ground ones are also given to the
+solver, and the verifier states each one that does not follow from the sizes.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
@@ -35,17 +39,35 @@ def size_poly(size: Size) -> Poly:
     return total
 
 
+@dataclass(frozen=True)
+class Assumption:
+    """`term <relation> 0` for every value 0 <= binder < extent of each of `binders`."""
+    relation: str
+    term: Poly
+    binders: tuple[tuple[Poly, Poly], ...] = ()
+
+    @property
+    def ground(self) -> bool:
+        return not self.binders
+
+    @property
+    def key(self) -> str:
+        scope = "".join(f"forall 0 <= {b.key} < {e.key}: " for b, e in self.binders)
+        return f"{scope}{self.relation} 0: {self.term.key}"
+
+
 class SymbolicAlgebra:
     """The algebra of `axon.semantics.algebra` over canonical terms; one per encoding."""
 
     def __init__(self):
         self._fresh = 0
-        self.assumptions: dict[str, tuple[str, Poly]] = {}  # key -> (relation to 0, term)
+        self._scope: list[tuple[Poly, Poly]] = []  # (binder, extent) of the folds being built
+        self.assumptions: dict[str, Assumption] = {}
 
     def _assume(self, relation: str, p: Poly) -> None:
-        # only ground facts (no fold binder free) can be stated to the solver
-        if all(not f.startswith("bound:") for f in p.free):
-            self.assumptions.setdefault(f"{relation} {p.key}", (relation, p))
+        binders = tuple(self._scope) if any(f.startswith("bound:") for f in p.free) else ()
+        fact = Assumption(relation, p, binders)
+        self.assumptions.setdefault(fact.key, fact)
 
     def apply(self, op: ScalarOp, *args):
         a = [Poly.of(x) for x in args]
@@ -90,7 +112,12 @@ class SymbolicAlgebra:
             raise UnsupportedError(f"no symbolic fold for {combine.value}")
         self._fresh += 1
         binder = T.Var(f"_r{self._fresh}", "bound")
-        return T.fold(COMBINE[combine], Poly.of(extent), binder, Poly.of(body(Poly.atom(binder))))
+        self._scope.append((Poly.atom(binder), Poly.of(extent)))
+        try:
+            value = Poly.of(body(Poly.atom(binder)))
+        finally:
+            self._scope.pop()
+        return T.fold(COMBINE[combine], Poly.of(extent), binder, value)
 
     def floordiv(self, a, b) -> Poly:
         return T.int_fn("floordiv", Poly.of(a), Poly.of(b))

@@ -1,0 +1,138 @@
+"""One output element of a graph in high-precision arithmetic (mpmath), from the element rules.
+
+float64 cannot tell `(x + 1e10) - 1e10` from a program that differs from `x` by 1e-6, and it
+overflows in `exp(x + 1000)`; a difference it shows may be rounding, and one it hides may be real.
+The refuter therefore confirms each candidate counterexample here: the same `element` rules that
+the solver reads (axon/semantics/ops.py), interpreted on mpmath numbers at PRECISION_DIGITS
+significant digits, one element at a time (only the cone of operands that element reads is
+evaluated). Domain errors follow NumPy: x/0 is +-inf (0/0 NaN), log(0) is -inf, log and sqrt of a
+negative number are NaN.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Mapping, Sequence
+
+import mpmath
+import numpy as np
+
+from axon.ir import Graph, Node
+from axon.semantics.ops import OP_SPECS, Op
+from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
+from axon.semantics.sizes import Size
+
+PRECISION_DIGITS = 100
+# Two evaluations of programs equal over the reals agree to about 10^-PRECISION_DIGITS times the
+# magnitude of their largest intermediate; this much closer than that counts as equal.
+AGREE_DIGITS = 60
+
+_S = ScalarOp
+_NAN = mpmath.mpf("nan")
+
+
+def _div(a, b):
+    if b == 0:
+        return _NAN if (a == 0 or mpmath.isnan(a)) else mpmath.mpf("inf") * mpmath.sign(a)
+    return a / b
+
+
+def _log(a):
+    if a == 0:
+        return mpmath.mpf("-inf")
+    return _NAN if a < 0 or mpmath.isnan(a) else mpmath.log(a)
+
+
+def _sqrt(a):
+    return _NAN if a < 0 or mpmath.isnan(a) else mpmath.sqrt(a)
+
+
+def _extremum(pick):
+    return lambda a, b: _NAN if (mpmath.isnan(a) or mpmath.isnan(b)) else pick(a, b)
+
+
+# the primitives; every other scalar operation is expanded through its `definition`
+PRIMITIVES: dict[ScalarOp, Callable] = {
+    _S.ADD: lambda a, b: a + b, _S.SUB: lambda a, b: a - b, _S.MUL: lambda a, b: a * b, _S.DIV: _div,
+    _S.MAXIMUM: _extremum(max), _S.MINIMUM: _extremum(min), _S.NEG: lambda a: -a,
+    _S.EXP: mpmath.exp, _S.LOG: _log, _S.SQRT: _sqrt, _S.TANH: mpmath.tanh,
+}
+
+
+class PreciseAlgebra:
+    """The element-rule algebra (see axon/semantics/algebra.py) over mpmath numbers."""
+
+    def __init__(self, binding: Mapping[str, int]):
+        self.binding = dict(binding)
+
+    def apply(self, op: ScalarOp, *args):
+        if op in PRIMITIVES:
+            return PRIMITIVES[op](*args)
+        return SCALAR_SPECS[op].definition(self, *args)
+
+    def const(self, value):
+        if isinstance(value, Size):
+            value = value.evaluate(self.binding)
+        if isinstance(value, Fraction):
+            return mpmath.mpf(value.numerator) / value.denominator
+        return mpmath.mpf(value)
+
+    def size(self, size: Size) -> int:
+        return size.evaluate_int(self.binding)
+
+    def fold(self, combine: ScalarOp, extent: int, body: Callable[[int], object]):
+        values = [body(r) for r in range(int(extent))]
+        acc = values[0] if values else self.const(SCALAR_SPECS[combine].fold_identity)
+        for v in values[1:]:
+            acc = self.apply(combine, acc, v)
+        return acc
+
+    def floordiv(self, a: int, b: int) -> int:
+        return a // b
+
+    def mod(self, a: int, b: int) -> int:
+        return a % b
+
+
+def element(graph: Graph, output: int, index: Sequence[int], arrays: Mapping[str, np.ndarray],
+            binding: Mapping[str, int], digits: int = PRECISION_DIGITS) -> tuple[object, object]:
+    """Output `output` of `graph` at `index` as an mpmath number (inputs read exactly), and the
+    largest finite magnitude among the intermediates it was computed from (the scale of its
+    rounding error)."""
+    alg = PreciseAlgebra(binding)
+    memo: dict[tuple, object] = {}
+
+    def value(node: Node, idx: tuple):
+        key = (node, idx)
+        if key not in memo:
+            if node.op is Op.INPUT:
+                memo[key] = mpmath.mpf(float(arrays[node.params.name][idx]))
+            else:
+                memo[key] = OP_SPECS[node.op].element(
+                    alg, lambda k, i: value(node.inputs[k], tuple(int(j) for j in i)), idx,
+                    tuple(i.shape for i in node.inputs), node.params)
+        return memo[key]
+
+    with mpmath.workdps(digits):
+        result = value(graph.outputs[output], tuple(int(i) for i in index))
+        finite = [abs(v) for v in memo.values() if mpmath.isfinite(v)]
+        return result, max(finite, default=mpmath.mpf(0))
+
+
+def agree(a, b, scale) -> bool:
+    """Equal up to AGREE_DIGITS digits of `scale` (NaN equals NaN, an infinity equals itself)."""
+    with mpmath.workdps(PRECISION_DIGITS):
+        if mpmath.isnan(a) or mpmath.isnan(b):
+            return bool(mpmath.isnan(a) and mpmath.isnan(b))
+        if mpmath.isinf(a) or mpmath.isinf(b):
+            return a == b
+        return abs(a - b) <= max(scale, abs(a), abs(b)) * mpmath.mpf(10) ** (-AGREE_DIGITS)
+
+
+def is_zero(graph: Graph, output: int, index: Sequence[int], arrays: Mapping[str, np.ndarray],
+            binding: Mapping[str, int]) -> bool:
+    """Is the element exactly zero over the reals? A true zero computed with cancellation leaves a
+    residue that shrinks as the precision grows; a tiny genuine value (exp(-800)) stays put."""
+    coarse, _ = element(graph, output, index, arrays, binding)
+    fine, _ = element(graph, output, index, arrays, binding, digits=2 * PRECISION_DIGITS)
+    with mpmath.workdps(2 * PRECISION_DIGITS):
+        return fine == 0 or not abs(coarse - fine) <= abs(fine) * mpmath.mpf(10) ** (-AGREE_DIGITS)

@@ -1,0 +1,100 @@
+"""What a proof claims: the sizes it covers and the assumptions it makes, stated exactly.
+
+A proof of `a == b` holds for every size binding that meets its `SizeFact`s (the programs'
+preconditions, the positivity of every intermediate size such as `k - 1`, and any narrowing the
+verifier applied because a divisor vanishes at some sizes) and for every input that meets its
+assumptions (the domain assumptions the symbolic encoding recorded and the solver could not
+derive from the sizes). `covers` is the test a fuzzer or a user applies; `describe` is the
+sentence a verdict prints. Nothing here is a guess: a fact not listed is not used.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional, Sequence
+
+from axon.semantics.sizes import Size, SizeFact
+
+ASSUMPTION_TEXT = {"!=": "divisors are non-zero", ">=": "sqrt arguments are >= 0", ">": "log arguments are > 0"}
+
+
+def lower_bound(fact: SizeFact) -> Optional[tuple[str, int]]:
+    """(dim, n) when the fact says only dim >= n: a linear size a*dim + c with a > 0."""
+    if fact.divisor != 1:
+        return None
+    symbolic = [(m, c) for m, c in fact.size.terms if m]
+    if len(symbolic) != 1 or len(symbolic[0][0]) != 1 or symbolic[0][1] <= 0:
+        return None
+    (dim,), a = symbolic[0]
+    return dim, math.ceil((fact.minimum - fact.size.constant) / a)
+
+
+def simplify(facts: Iterable[SizeFact]) -> tuple[SizeFact, ...]:
+    """Lower bounds merged per dimension (the strongest kept, trivial ones dropped); the rest as given."""
+    bounds: dict[str, int] = {}
+    other: set[SizeFact] = set()
+    for fact in facts:
+        bound = lower_bound(fact)
+        if bound is None:
+            if not _trivial(fact):
+                other.add(fact)
+        elif bound[1] > 1:
+            bounds[bound[0]] = max(bounds.get(bound[0], 1), bound[1])
+    kept = [SizeFact(Size.of(d), minimum=n) for d, n in sorted(bounds.items())]
+    return tuple(kept + sorted(other, key=str))
+
+
+def _trivial(fact: SizeFact) -> bool:
+    """Every size is a positive integer: a polynomial with positive coefficients is >= 1."""
+    return fact.divisor == 1 and fact.minimum <= 1 and all(c > 0 for _, c in fact.size.terms)
+
+
+def positivity(sizes: Iterable[Size]) -> list[SizeFact]:
+    """`size >= 1` for every symbolic intermediate size that is not positive by its form (k - 1)."""
+    return [SizeFact(s) for s in set(sizes) if not s.is_constant and any(c < 0 for _, c in s.terms)]
+
+
+@dataclass(frozen=True)
+class Claim:
+    facts: tuple[SizeFact, ...] = ()
+    assumptions: tuple[str, ...] = ()   # relations ("!=", ">=", ">") the proof assumes of its inputs
+    note: str = ""                      # why the claim was narrowed, if it was
+
+    def covers(self, binding: Mapping[str, int]) -> bool:
+        return all(fact.holds(binding) for fact in self.facts)
+
+    @property
+    def conditions(self) -> tuple[str, ...]:
+        return tuple(_describe(f) for f in self.facts)
+
+    @property
+    def assumption_texts(self) -> tuple[str, ...]:
+        return tuple(ASSUMPTION_TEXT[r] for r in sorted(self.assumptions))
+
+    def describe(self) -> str:
+        sizes = f"for all sizes with {' and '.join(self.conditions)}" if self.facts else "for all sizes"
+        assumed = f", assuming {' and '.join(self.assumption_texts)}" if self.assumptions else ""
+        note = f" ({self.note})" if self.note else ""
+        return f"equal {sizes}{assumed}{note}"
+
+
+def _describe(fact: SizeFact) -> str:
+    bound = lower_bound(fact)
+    if bound is not None and fact.minimum >= 1 and fact.divisor == 1:
+        return f"{bound[0]} >= {bound[1]}"
+    return fact.describe() or f"{fact.size} >= {fact.minimum}"
+
+
+def narrowing(small: Sequence[dict], failing: Sequence[dict]) -> Optional[list[SizeFact]]:
+    """One lower bound `dim >= n` that leaves out every failing binding of `small` and as few of
+    the others as possible, or None when it would leave out all of them."""
+    if not failing:
+        return []
+    passing = [b for b in small if b not in failing]
+
+    def bound(d: str) -> int:
+        return 1 + max(f[d] for f in failing)
+
+    dim = min(sorted(failing[0]), key=lambda d: sum(p[d] < bound(d) for p in passing))
+    facts = [SizeFact(Size.of(dim), minimum=bound(dim))]
+    return facts if any(facts[0].holds(b) for b in small) else None

@@ -1,0 +1,282 @@
+"""Soundness regressions: each case that once proved something false (or crashed, or refuted a true
+identity through rounding) next to its twin. A proof states the sizes and assumptions it covers;
+`Verdict.covers` must be false exactly where the two programs can differ."""
+import numpy as np
+import pytest
+
+import axon
+from axon.cli import main
+from axon.errors import AxonError, InputError
+from axon.verification import Status, Verifier
+
+
+def verdict(f, g):
+    return Verifier().check_programs(f.graph, g.graph)
+
+
+def differ_at(f, g, sizes: dict, seed: int = 0) -> bool:
+    """Do the programs' NumPy references differ at these sizes on random inputs?"""
+    rng = np.random.default_rng(seed)
+    arrays = {n.params.name: rng.standard_normal(tuple(int(s.evaluate(sizes)) for s in n.shape))
+              for n in f.graph.inputs}
+    a, b = f(**arrays), g(**dict(zip([n.params.name for n in g.graph.inputs], arrays.values())))
+    with np.errstate(invalid="ignore"):
+        return not np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+# --- 1. a constant slice stop on a symbolic axis ----------------------------------------------
+@axon.program(x=("m", "k"))
+def first3_sum(x):
+    return x[:, 0:3].sum(axis=1, keepdims=True)
+
+
+@axon.program(x=("m", "k"))
+def first3_sum_shifted(x):
+    return x[:, 0:1] * 3.0 + (x[:, 0:3] - x[:, 0:1]).sum(axis=1, keepdims=True)
+
+
+@axon.program(x=("m", "k"))
+def row_sum(x):
+    return x.sum(axis=1, keepdims=True)
+
+
+def test_constant_stop_needs_the_axis_to_reach_it():
+    v = verdict(first3_sum, first3_sum_shifted)
+    assert v.status is Status.PROVED and v.conditions == ("k >= 3",)
+    assert "k >= 3" in v.reason
+    assert not v.covers({"m": 2, "k": 2}) and v.covers({"m": 2, "k": 3})
+
+
+def test_constant_stop_is_not_the_whole_axis():
+    v = verdict(first3_sum, row_sum)
+    assert v.status is Status.REFUTED and v.counterexample["sizes"]["k"] > 3
+
+
+def test_program_rejects_sizes_below_a_constant_stop():
+    with pytest.raises(InputError, match="k >= 3"):
+        first3_sum(np.ones((2, 2)))
+
+
+# --- 2. divisors inside reductions --------------------------------------------------------------
+@axon.program(x=("m", "k"), y=("m", "k"))
+def cancelled_in_sum(x, y):
+    d = y * x.shape[1] - y.sum(axis=1, keepdims=True)  # zero for every input when k = 1
+    d = axon.sqrt(d * d)
+    return (x * d / d).sum(axis=1)
+
+
+@axon.program(x=("m", "k"), y=("m", "k"))
+def plain_sum(x, y):
+    return x.sum(axis=1)
+
+
+@axon.program(x=("m", "k"), y=("m", "k"))
+def cancelled_exp_in_sum(x, y):
+    e = axon.exp(y)
+    return (x * e / e).sum(axis=1)
+
+
+def test_divisor_inside_a_sum_narrows_the_claim():
+    v = verdict(cancelled_in_sum, plain_sum)
+    assert v.status is Status.PROVED
+    assert "divisors are non-zero" in v.assumptions and "k >= 2" in v.conditions
+    assert not v.covers({"m": 3, "k": 1}) and v.covers({"m": 3, "k": 2})
+    assert differ_at(cancelled_in_sum, plain_sum, {"m": 3, "k": 1})
+    assert not differ_at(cancelled_in_sum, plain_sum, {"m": 3, "k": 4})
+
+
+def test_divisor_that_cannot_vanish_is_no_assumption():
+    v = verdict(cancelled_exp_in_sum, plain_sum)
+    assert v.status is Status.PROVED and v.assumptions == () and v.conditions == ()
+
+
+# --- 3. honest assumptions ------------------------------------------------------------------------
+@axon.program(x=("m", "k"))
+def mean(x):
+    return x.mean(axis=1)
+
+
+@axon.program(x=("m", "k"))
+def sum_over_k(x):
+    return x.sum(axis=1) / x.shape[1]
+
+
+@axon.program(x=("m", "k"))
+def centred_ratio(x):
+    c = x - x.mean(axis=1, keepdims=True)
+    return c / c
+
+
+@axon.program(x=("m", "k"))
+def ones(x):
+    return x * 0.0 + 1.0
+
+
+@axon.program(x=("m", "k"))
+def even_columns(x):
+    return x[:, ::2]
+
+
+@axon.program(x=("m", "k"))
+def even_columns_twice(x):
+    return x[:, ::2] * 2.0 - x[:, ::2]
+
+
+@axon.program(x=("m", "k"))
+def after_first(x):
+    return x[:, 1:] * 1.0
+
+
+@axon.program(x=("m", "k"))
+def after_first_twice(x):
+    return x[:, 1:] + x[:, 1:] - x[:, 1:]
+
+
+def test_a_mean_assumes_nothing():
+    v = verdict(mean, sum_over_k)
+    assert v.status is Status.PROVED and v.reason == "equal for all sizes"
+
+
+def test_centred_values_vanish_at_one_column():
+    v = verdict(centred_ratio, ones)
+    assert v.status is Status.PROVED and "k >= 2" in v.conditions
+    assert "divisors are non-zero" in v.assumptions
+    assert not v.covers({"m": 2, "k": 1})
+    assert differ_at(centred_ratio, ones, {"m": 2, "k": 1})
+
+
+def test_strided_slice_states_divisibility():
+    v = verdict(even_columns, even_columns_twice)
+    assert v.status is Status.PROVED and v.conditions == ("k even",)
+    assert not v.covers({"m": 2, "k": 3}) and v.covers({"m": 2, "k": 4})
+
+
+def test_positive_intermediate_sizes_are_stated():
+    v = verdict(after_first, after_first_twice)
+    assert v.status is Status.PROVED and v.conditions == ("k >= 2",)
+
+
+def test_a_divisor_zero_at_every_size_is_no_proof():
+    @axon.program(x=("m", "k"))
+    def zero_ratio(x):
+        z = x - x
+        return x * z / z
+
+    @axon.program(x=("m", "k"))
+    def same(x):
+        return x * 1.0
+
+    assert verdict(zero_ratio, same).status is not Status.PROVED
+
+
+# --- 4. bad input is one line, exit 2 ------------------------------------------------------------
+@pytest.mark.parametrize("constant", ['float("inf")', 'float("nan")', "10**400"])
+def test_non_finite_constants_are_bad_input(tmp_path, capsys, constant):
+    path = tmp_path / "p.py"
+    path.write_text(f"import axon\n@axon.program(x=('m', 'k'))\ndef f(x):\n    return x * {constant}\n")
+    assert main(["verify", f"{path}:f", f"{path}:f"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not a finite float64 number" in err
+
+
+def test_large_finite_constants_still_work():
+    @axon.program(x=("m", "k"))
+    def big(x):
+        return x * 1e300
+
+    assert verdict(big, big).status is Status.PROVED
+
+
+# --- 5. rounding is not a counterexample; a small exact difference is -----------------------------
+@axon.program(x=("m", "k"))
+def ident(x):
+    return x
+
+
+@axon.program(x=("m", "k"))
+def through_1e10(x):
+    return (x + 1e10) - 1e10
+
+
+@axon.program(x=("m", "k"))
+def exp_shifted(x):
+    return axon.exp(x + 1000.0) * axon.exp(x * 0.0 - 1000.0)
+
+
+@axon.program(x=("m", "k"))
+def exp_plain(x):
+    return axon.exp(x)
+
+
+@axon.program(x=("m", "k"))
+def softmax_800(x):
+    e = axon.exp(800.0 * x)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@axon.program(x=("m", "k"))
+def softmax_800_shifted(x):
+    y = 800.0 * x
+    e = axon.exp(y - y.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@axon.program(x=("m", "k"))
+def times_1e12(x):
+    return x * 1e12
+
+
+@axon.program(x=("m", "k"))
+def times_1e12_plus_1(x):
+    return x * 1e12 + 1.0
+
+
+@axon.program(x=("m", "k"))
+def plus_1e_12(x):
+    return x + 1e-12
+
+
+@pytest.mark.parametrize("f, g", [(through_1e10, ident), (exp_shifted, exp_plain),
+                                  (softmax_800, softmax_800_shifted)])
+def test_rounding_is_not_a_counterexample(f, g):
+    assert verdict(f, g).status is Status.PROVED
+
+
+@pytest.mark.parametrize("f, g", [(times_1e12, times_1e12_plus_1), (plus_1e_12, ident)])
+def test_small_exact_differences_are_refuted(f, g):
+    v = verdict(f, g)
+    assert v.status is Status.REFUTED and v.counterexample["a"] != v.counterexample["b"]
+
+
+# --- 6. dimension names are local; inputs correspond by position --------------------------------
+@axon.program(x=("m", "n"), w=("n", "p"))
+def named_mn(x, w):
+    return (x * 2.0) @ w
+
+
+@axon.program(a=("rows", "cols"), b=("cols", "out"))
+def named_rows(a, b):
+    return a @ b + a @ b
+
+
+@axon.program(a=("rows", "cols"), b=("cols", "out"))
+def named_rows_wrong(a, b):
+    return a @ b + a @ (b * 0.5)
+
+
+@axon.program(x=("m", "m"), w=("m", "p"))
+def square(x, w):
+    return x @ w
+
+
+def test_renamed_dimensions_prove():
+    assert verdict(named_mn, named_rows).status is Status.PROVED
+
+
+def test_renamed_dimensions_still_refute():
+    assert verdict(named_mn, named_rows_wrong).status is Status.REFUTED
+
+
+def test_inputs_that_do_not_correspond_are_bad_input():
+    with pytest.raises(AxonError, match="do not correspond"):
+        verdict(square, named_rows)
