@@ -20,3 +20,8 @@ class InputError(AxonError):
 
 class KernelError(AxonError):
     """An NKI kernel could not be parsed, run, or broke a hardware rule (the message names the line)."""
+
+
+class ModelError(AxonError):
+    """The performance model could not account for a kernel's trace (an instruction it did not
+    place): reported, because an estimate that leaves work out would look like a saving."""

@@ -45,8 +45,9 @@ def markdown(doc: dict) -> str:
               "(above 1: Axon is faster). Baselines: **direct** lowering (each operator its own pass with HBM round "
               "trips, default tiling, default engines, no rewrite, no fusion); **hand**-written NKI kernels (timed at the case's sizes, "
               "checked with data); **no algebra** (Axon searching only the program as written); **no fusion** "
-              "(Axon with one pass per operator). Roofline: the model's lower bound for the case; fraction = "
-              "roofline / Axon. Search: wall time of the full `optimize` call (cold result cache).", ""]
+              "(Axon with one pass per operator). Roofline: the program's lower bound for the case (its matmul FLOPs "
+              "at the matmul peak, its inputs' and outputs' bytes at memory bandwidth; the same for every kernel of "
+              "the case); fraction = roofline / Axon. Search: wall time of the full `optimize` call (cold result cache).", ""]
     head = ["benchmark"] + (["case"] if many else []) + ["sizes", "Axon µs", "direct µs", "× direct", "hand µs",
                                                          "× hand", "no-algebra µs", "× no-algebra", "no-fusion µs",
                                                          "× no-fusion", "roofline", "fusion", "rewrites",
@@ -204,7 +205,7 @@ def plots(doc: dict, out_dir) -> list[Path]:
         ax.legend(fontsize=8, loc="upper right")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("roofline / latency")
-    ax.set_title(f"Fraction of the model's roofline Axon's kernels reach ({tag})")
+    ax.set_title(f"Fraction of the program's roofline Axon's kernels reach ({tag})")
     finish(ax, fig, "roofline.png")
 
     # 3. search time

@@ -1,6 +1,7 @@
 """`axon simulate KERNEL.py[:FUNC]`: run an NKI kernel on the CPU simulator and print its
-estimated NeuronCore latency, per-engine utilisation and roofline fraction (the logic lives in
-axon.targets.trainium.runner; this module parses and prints)."""
+estimated NeuronCore latency, per-engine utilisation and the kernel's own traffic bound (a bare
+kernel has no program, so no program roofline; the logic lives in axon.targets.trainium.runner;
+this module parses and prints)."""
 from __future__ import annotations
 
 import json
@@ -76,13 +77,15 @@ def run(args) -> int:
     e = report.estimate
     print(f"kernel    {report.kernel} on {report.target}")
     print(f"latency   {_fmt_ns(e.latency_ns)}")
-    print(f"roofline  {_fmt_ns(e.roofline_ns)} ({100 * e.roofline_fraction:.1f}% of roofline; "
-          f"compute {_fmt_ns(e.roofline_compute_ns)}, memory {_fmt_ns(e.roofline_memory_ns)})")
+    print(f"bound     {_fmt_ns(e.kernel_bound_ns)}, the kernel's own traffic bound, not a program roofline "
+          f"({100 * e.kernel_bound_fraction:.1f}% of the latency; its matmuls {_fmt_ns(e.kernel_bound_compute_ns)}, "
+          f"its HBM bytes {_fmt_ns(e.kernel_bound_memory_ns)})")
     print("engine    busy          utilisation")
     for name in _ENGINES:
         print(f"  {name:7s} {_fmt_ns(e.engine_busy_ns.get(name, 0.0)):>12s}  {100 * e.utilisation.get(name, 0.0):5.1f}%")
     print(f"hbm       {_fmt_bytes(e.hbm_bytes)} moved ({_fmt_bytes(e.compulsory_hbm_bytes)} compulsory)")
-    print(f"trace     {e.instructions} instructions" + (f", timeline in {args.trace}" if args.trace else ""))
+    print(f"trace     {e.instructions} instructions, {e.scheduled} scheduled ({e.folded} zeroings folded), "
+          f"{e.flops:.3g} matmul FLOPs" + (f", timeline in {args.trace}" if args.trace else ""))
     if e.uncosted_opcodes:
         print(f"note      default cost for: {', '.join(e.uncosted_opcodes)}")
     if report.reference_ok is not None:

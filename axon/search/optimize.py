@@ -26,6 +26,7 @@ from axon.fusion.nodes import FUSION_MODES
 from axon.frontend.program import Program
 from axon.search.candidates import Candidate, Counts, direct_lowering, enumerate_candidates
 from axon.search.lowering import Lowerer
+from axon.search.roofline import matmul_macs, program_roofline
 from axon.search.select import ResultCache, Timing, check_candidate, default_cache, rank
 from axon.semantics.evaluate import check_constraints, dtype_named
 
@@ -49,7 +50,7 @@ class OptimizeResult:
     dtype: str
     kernel_source: str
     latency_ns: float
-    roofline_ns: float
+    roofline_ns: float  # the program's at this case (search.roofline), not the winner's own bound
     max_abs_err: float
     rewrites: tuple
     tiling: list
@@ -173,6 +174,8 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     # selection phase
     t1 = time.perf_counter()
     shapes = prog.input_shapes(sizes, dtype=dtype)  # timing-only runs need no data
+    # one roofline per case, from the program: the same for every candidate and the baseline
+    roofline = program_roofline(prog.graph, sizes, dtype, tgt.peaks(dtype))
     # cheap first rank (estimated traffic), then the performance model on the most promising
     generated = len(cands)
     cands.sort(key=lambda c: c.static_cost)
@@ -192,10 +195,10 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, runs=runs),
                         key=lambda ct: ct[1].latency_ns)
     timed = {c.key: t for c, t in ranked}
-    base_t = (Timing(float("inf"), 0.0, base_misfit) if base_misfit
+    base_t = (Timing(float("inf"), base_misfit) if base_misfit
               else timed.get(baseline.key) or rank(tgt, [baseline], shapes, cache, budget_s)[0][1])
     failed_sim = [c for c, t in ranked if t.error]
-    data = prog.random_inputs(sizes, dtype=dtype, seed=seed) if _macs(prog.graph, sizes) <= FULL_CHECK_MACS else None
+    data = prog.random_inputs(sizes, dtype=dtype, seed=seed) if matmul_macs(prog.graph, sizes) <= FULL_CHECK_MACS else None
     expected = prog.reference(**{k: v.astype("float32") for k, v in data.items()}) if data else None
     winner, check, failed_numerics, checked = None, None, 0, 0
     check_sizes = {}
@@ -225,7 +228,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     rtol = {"float32": "rtol=atol=1e-4", "bfloat16": "rtol=atol=2e-2", "float16": "rtol=atol=2e-2"}[dtype]
     result = OptimizeResult(
         benchmark=prog.name, target=tgt.name, sizes=sizes, dtype=dtype, kernel_source=cand.source,
-        latency_ns=t.latency_ns, roofline_ns=t.roofline_ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
+        latency_ns=t.latency_ns, roofline_ns=roofline.ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
         tiling=cand.tiling(), fusion=cand.fusion, baseline_latency_ns=base_t.latency_ns,
         candidates={"generated": generated, "distinct_kernels": len(cands),
                     "rejected_by_constraints": counts.rejected_by_constraints,
@@ -245,21 +248,6 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     say(f"best {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of roofline), "
         f"direct lowering {result.baseline_latency_ns / 1e3:.1f} us")
     return result
-
-
-def _macs(graph, sizes) -> float:
-    """Multiply-adds of the program's matmuls at `sizes` (what a check with data costs)."""
-    from axon.semantics.ops import Op
-    from axon.tiling.space import concrete
-
-    total = 0.0
-    for n in graph.nodes():
-        if n.op is Op.MATMUL:
-            out = 1
-            for d in n.shape:
-                out *= concrete(d, sizes)
-            total += out * concrete(n.inputs[0].shape[-1], sizes)
-    return total
 
 
 def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, expected, seed, say, latency_ns):
@@ -289,7 +277,7 @@ def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, expect
 
 def _report(r: OptimizeResult, cand: Candidate, counts: Counts) -> str:
     lines = [f"{r.benchmark} on {r.target} ({r.dtype}), sizes {r.sizes}",
-             f"  best:     {r.latency_ns / 1e3:.2f} us, {r.roofline_fraction:.0%} of the model's roofline "
+             f"  best:     {r.latency_ns / 1e3:.2f} us, {r.roofline_fraction:.0%} of the program's roofline "
              f"({r.roofline_ns / 1e3:.2f} us); {cand.describe()}",
              f"  baseline: {r.baseline_latency_ns / 1e3:.2f} us (direct lowering); speedup {r.speedup:.2f}x",
              f"  rewrites: {', '.join(r.rewrites) or 'none'}",

@@ -11,7 +11,9 @@ for float32 (the paper's), and 2e-2 for bfloat16 / float16 (a few bf16 ulps: the
 its matmul operands and its output to bf16, the reference does not), both scaled by the output's
 largest magnitude so the test does not depend on the inputs' scale.
 
-Results are cached on disk by (candidate source, target, mode) so a rerun pays nothing.
+Results are cached on disk by (candidate source, target, the target's model fingerprint, input
+shapes) so a rerun pays nothing and a changed model measures again. Timings carry no roofline:
+the roofline is the program's, one per case (`search.roofline`), never a candidate's own.
 Invariant: shared stage; the target is reached through `target.run`.
 """
 from __future__ import annotations
@@ -34,7 +36,6 @@ TOLERANCES = {"float32": (1e-4, 1e-4), "bfloat16": (2e-2, 2e-2), "float16": (2e-
 @dataclass
 class Timing:
     latency_ns: float
-    roofline_ns: float
     error: str = ""
 
 
@@ -86,20 +87,22 @@ def time_candidate(target, source: str, inputs: dict, cache: ResultCache, runs: 
     """Timing-only run (or the cached result). With `runs`, a fresh run's measurement, schedule
     included, is kept there under its source when it is the fastest so far: the winner's trace is
     then written without simulating it again (a Llama-70B kernel takes tens of seconds)."""
-    key = cache.key("timing", target.name, source, *(f"{k}{v.shape}{v.dtype}" for k, v in sorted(inputs.items())))
+    # the model's fingerprint is in the key: a corrected model never serves an old latency
+    key = cache.key("timing", target.name, target.model_fingerprint(), source,
+                    *(f"{k}{v.shape}{v.dtype}" for k, v in sorted(inputs.items())))
     hit = cache.get(key)
     if hit is not None:
-        return Timing(**hit)
+        return Timing(hit["latency_ns"], hit.get("error", ""))
     try:
         m = target.run(source, inputs, timing_only=True, keep_schedule=runs is not None)
-        t = Timing(m.latency_ns, m.roofline_ns)
+        t = Timing(m.latency_ns)
         if runs is not None and m.latency_ns < min((r.latency_ns for r in runs.values()), default=float("inf")):
             runs.clear()
             runs[source] = m
     except AxonError as err:
-        t = Timing(float("inf"), 0.0, str(err))
+        t = Timing(float("inf"), str(err))
     if t.error == "" or "KernelError" not in t.error:
-        cache.put(key, {"latency_ns": t.latency_ns, "roofline_ns": t.roofline_ns, "error": t.error})
+        cache.put(key, {"latency_ns": t.latency_ns, "error": t.error})
     return t
 
 

@@ -211,16 +211,18 @@ def _slice_shape(shapes, p: SliceParams):
 
 
 def _slice_constraints(shapes, p: SliceParams):
-    """start:stop:step of a symbolic axis k: with a constant stop, k >= stop (NumPy would clip at
-    smaller k and change the shape); open-ended with step > 1, step | k (the extent k/step + c is
-    exact only then)."""
+    """start:stop:step of a symbolic axis k: with a constant stop, k must hold the last index read
+    (NumPy would clip at a smaller k and change the shape); open-ended with step > 1, step | k
+    (the extent k/step + c is exact only then)."""
     (s,) = shapes
     facts = []
     for size, (start, stop, step) in zip(s, p.slices):
         if size.as_int() is not None:
             continue
-        if stop is not None and stop > 1:
-            facts.append(SizeFact(size, minimum=stop))
+        if stop is not None:  # the axis must hold the last index read: start + step * (extent - 1)
+            last = start + step * (_slice_extent(Size.of(stop), start, stop, step).as_int() - 1)
+            if last + 1 > 1:
+                facts.append(SizeFact(size, minimum=last + 1))
         elif stop is None and step > 1:
             facts.append(SizeFact(size, divisor=step))
     return tuple(facts)

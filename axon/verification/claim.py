@@ -60,6 +60,11 @@ class Claim:
     assumptions: tuple[str, ...] = ()   # relations ("!=", ">=", ">") the proof assumes of its inputs
     note: str = ""                      # why the claim was narrowed, if it was
 
+    @property
+    def narrowed(self) -> bool:
+        """Does the claim leave out sizes the programs themselves accept?"""
+        return bool(self.note)
+
     def covers(self, binding: Mapping[str, int]) -> bool:
         return all(fact.holds(binding) for fact in self.facts)
 
@@ -86,15 +91,22 @@ def _describe(fact: SizeFact) -> str:
 
 
 def narrowing(small: Sequence[dict], failing: Sequence[dict]) -> Optional[list[SizeFact]]:
-    """One lower bound `dim >= n` that leaves out every failing binding of `small` and as few of
-    the others as possible, or None when it would leave out all of them."""
+    """Lower bounds `dim >= n` that leave out every failing binding of `small` and as few of the
+    others as possible (greedy: each step takes the bound that leaves out the fewest passing
+    bindings, then the most failing ones), or None when they would leave out all of `small`."""
     if not failing:
         return []
     passing = [b for b in small if b not in failing]
+    left, bounds = list(failing), {}
 
-    def bound(d: str) -> int:
-        return 1 + max(f[d] for f in failing)
+    def kept(b: dict) -> bool:
+        return all(b[d] >= n for d, n in bounds.items())
 
-    dim = min(sorted(failing[0]), key=lambda d: sum(p[d] < bound(d) for p in passing))
-    facts = [SizeFact(Size.of(dim), minimum=bound(dim))]
-    return facts if any(facts[0].holds(b) for b in small) else None
+    while left:
+        options = [(d, n) for d in sorted(left[0]) for n in range(2, 2 + max(f[d] for f in left))]
+        d, n = min(options, key=lambda o: (sum(kept(p) and p[o[0]] < o[1] for p in passing),
+                                           -sum(f[o[0]] < o[1] for f in left), o))
+        bounds[d] = max(bounds.get(d, 1), n)
+        left = [f for f in left if kept(f)]
+    facts = [SizeFact(Size.of(d), minimum=n) for d, n in sorted(bounds.items())]
+    return facts if any(kept(b) for b in small) else None

@@ -110,8 +110,14 @@ class Verifier:
         return verdict
 
     def check_nodes(self, a: Node, b: Node, constraints=frozenset()) -> Verdict:
-        """Equivalence of two sub-DAGs whose leaves are INPUT nodes (matched by name) and CONSTs."""
-        return self.check_graphs(_graph_of(a, constraints), _graph_of(b, constraints))
+        """Equivalence of two sub-DAGs whose leaves are INPUT nodes (matched by name) and CONSTs,
+        as a rewrite: it is applied at every size, so a claim narrowed below the sizes the terms
+        accept is no proof here."""
+        verdict = self.check_graphs(_graph_of(a, constraints), _graph_of(b, constraints))
+        if verdict.proved and verdict.claim.narrowed:
+            return replace(verdict, status=Status.UNKNOWN, claim=None,
+                           reason=f"not proved at every size: {verdict.reason}")
+        return verdict
 
     # -- the check order ---------------------------------------------------------------------
     def _check(self, a: Graph, b: Graph) -> Verdict:
@@ -152,7 +158,8 @@ class Verifier:
         if narrowed is None:
             return Verdict(Status.UNKNOWN, "not proved: at every small size some divisor (or log argument) is zero "
                                            f"for every input, e.g. at {_sizes(failing[0])}")
-        note = "".join(f"for {f.size} < {f.minimum} a divisor is zero for every input" for f in narrowed)
+        note = (f"for {' or '.join(f'{f.size} < {f.minimum}' for f in narrowed)} a divisor is zero for every input"
+                if narrowed else "")
         return small, Claim(simplify(base + narrowed), (), note)
 
     def _shape_mismatch(self, a: Graph, b: Graph, k: int) -> Verdict:

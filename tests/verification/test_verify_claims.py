@@ -280,3 +280,33 @@ def test_renamed_dimensions_still_refute():
 def test_inputs_that_do_not_correspond_are_bad_input():
     with pytest.raises(AxonError, match="do not correspond"):
         verdict(square, named_rows)
+
+
+def test_strided_constant_stop_needs_only_the_last_index():
+    @axon.program(x=("m", "k"))
+    def every_other_of_8(x):
+        return x[:, 0:8:2]
+
+    assert {f.minimum for f in every_other_of_8.graph.constraints} == {7}
+    assert every_other_of_8(np.ones((2, 7))).shape == (2, 4)
+
+
+def test_narrowing_over_two_dimensions():
+    @axon.program(x=("m", "k"), y=("m", "k"))
+    def both_centred(x, y):
+        d = (y * x.shape[1] - y.sum(axis=1, keepdims=True)) * (y * x.shape[0] - y.sum(axis=0, keepdims=True))
+        return x * d / d
+
+    @axon.program(x=("m", "k"), y=("m", "k"))
+    def just_x(x, y):
+        return x * 1.0
+
+    v = verdict(both_centred, just_x)
+    assert v.status is Status.PROVED and set(v.conditions) == {"k >= 2", "m >= 2"}
+    assert not v.covers({"m": 1, "k": 3}) and not v.covers({"m": 3, "k": 1}) and v.covers({"m": 2, "k": 2})
+
+
+def test_a_narrowed_claim_is_no_rewrite():
+    """Rewrites apply at every size the program takes: propagation and synthesis use check_nodes."""
+    v = Verifier().check_nodes(cancelled_in_sum.graph.outputs[0], plain_sum.graph.outputs[0])
+    assert v.status is Status.UNKNOWN and "not proved at every size" in v.reason

@@ -1,7 +1,7 @@
 """Performance model of one NeuronCore over an NKI instruction trace.
 
 `estimate(trace, hw)` list-schedules the trace onto the core's engines and returns latency,
-per-engine busy time and utilisation, HBM bytes and the kernel's roofline; `write_perfetto`
+per-engine busy time and utilisation, HBM bytes and the kernel's own bound; `write_perfetto`
 writes the schedule as a Chrome/Perfetto trace.
 
 Modelling decisions (numbers live in hardware.py, with their sources):
@@ -38,20 +38,24 @@ Modelling decisions (numbers live in hardware.py, with their sources):
   ready late (a store waiting for compute) cannot hold up earlier-ready ones. A transfer touching
   fewer partitions than there are DMA engines uses only that many engines. Queue lanes in the
   Perfetto trace are for display.
-- Roofline: max(TensorE time at peak rate for the matmul FLOPs in the trace, compulsory HBM bytes
-  (the union of HBM regions read plus the union written, by bounding ranges) / the core's HBM
-  bandwidth). The HBM bandwidth (410 GB/s on trn1), not the lower DMA aggregate, matches the
-  tutorial's ridge point (222 FLOP/B) and keeps the roofline a lower bound. Vector/Scalar work is
-  not in the roofline.
+- Kernel bound: max(TensorE time at peak rate for the matmul FLOPs in the trace, compulsory HBM
+  bytes (the union of HBM regions read plus the union written, by bounding ranges) / the core's
+  HBM bandwidth). The HBM bandwidth (410 GB/s on trn1), not the lower DMA aggregate, matches the
+  tutorial's ridge point (222 FLOP/B). It is the kernel's own traffic bound: a kernel that spills
+  to HBM or runs extra matmuls gets a larger one, so optimize and the benchmark report measure
+  kernels against the program's roofline (axon.search.roofline) instead. Vector/Scalar work is in
+  neither.
 Not modelled: PSUM bank limits on in-flight accumulation groups, buffer reuse limiting DMA
 prefetch, instruction fetch and semaphore latency between engines, HBM page effects beyond the
 per-descriptor efficiency.
 
-Invariant: cost is near-linear in the trace (per instruction: a bisect over the distinct regions
-of the touched buffers, heap operations, an amortised O(1) bandwidth booking and bounded
-eligibility checks; an instruction the loop rules hold back waits parked on the instruction that
-blocks it instead of being checked again at every event), and the same trace gives the same
-numbers.
+Invariant: every estimate accounts for the whole trace: each instruction not folded is placed
+exactly once and its matmul FLOPs charged, checked at the end of every estimate (`ModelError`
+otherwise: an instruction left out would read as a saving). Cost is near-linear in the trace
+(per instruction: a bisect over the distinct regions of the touched buffers, heap operations, an
+amortised O(1) bandwidth booking and bounded eligibility checks; an instruction the loop rules
+hold back waits parked on the instruction that blocks it instead of being checked again at every
+event), and the same trace gives the same numbers.
 """
 from __future__ import annotations
 
@@ -62,6 +66,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
+from axon.errors import ModelError
 from axon.targets.trainium.hardware import (
     COSTS,
     CostBasis,
@@ -94,21 +99,26 @@ class Estimate:
     utilisation: dict[str, float]  # busy / latency
     hbm_bytes: int  # bytes moved to or from HBM by the trace
     dma_bytes: int
-    flops: int  # matmul FLOPs (2*M*K*N summed over nc_matmul)
+    flops: int  # matmul FLOPs of the trace (2*M*K*N summed over its nc_matmul)
+    scheduled_flops: int  # matmul FLOPs the schedule charged: equal to flops (checked)
     compulsory_hbm_bytes: int
-    roofline_compute_ns: float
-    roofline_memory_ns: float
-    instructions: int
+    # The kernel's own bound (see the module docstring), from its trace: not the program's
+    # roofline, which the search computes from the program (axon.search.roofline).
+    kernel_bound_compute_ns: float
+    kernel_bound_memory_ns: float
+    instructions: int  # instructions of the trace the model accounts for (folded zeroings excluded)
+    scheduled: int  # instructions the schedule placed: equal to instructions (checked)
+    folded: int  # PSUM zeroings folded into the matmul that follows them
     uncosted_opcodes: tuple[str, ...] = ()
     schedule: Schedule | None = field(default=None, repr=False)
 
     @property
-    def roofline_ns(self) -> float:
-        return max(self.roofline_compute_ns, self.roofline_memory_ns)
+    def kernel_bound_ns(self) -> float:
+        return max(self.kernel_bound_compute_ns, self.kernel_bound_memory_ns)
 
     @property
-    def roofline_fraction(self) -> float:
-        return self.roofline_ns / self.latency_ns if self.latency_ns > 0 else 0.0
+    def kernel_bound_fraction(self) -> float:
+        return self.kernel_bound_ns / self.latency_ns if self.latency_ns > 0 else 0.0
 
 
 class _Bandwidth:
@@ -562,7 +572,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     hbm_read: dict[int, list[tuple[int, int]]] = {}
     hbm_written: dict[int, list[tuple[int, int]]] = {}
     flops_ns = 0.0
-    flops = hbm_bytes = dma_bytes = 0
+    flops = charged_flops = placed = hbm_bytes = dma_bytes = 0
     uncosted: set[str] = set()
     latency = 0.0
     n_tracks = len(COMPUTE_ENGINES)
@@ -619,7 +629,8 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         finish(i, start, end, n_tracks + q)
 
     def finish(i: int, start: float, end: float, track: int) -> None:
-        nonlocal latency
+        nonlocal latency, placed
+        placed += 1
         end_at[i] = end
         if end > latency:
             latency = end
@@ -635,7 +646,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
             heappush(engines[trace[i].engine].ready, i)
 
     def dispatch(now: float) -> None:
-        nonlocal flops, flops_ns
+        nonlocal charged_flops
         for e, eng in engines.items():
             if eng.free > now or not eng.ready:
                 continue
@@ -656,10 +667,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
             for q in needs[i]:
                 port_free[q] = end
             busy[e.value] += dur
-            if ins.opcode == "nc_matmul":
-                f = matmul_flops(ins)
-                flops += f
-                flops_ns += f / hw.tensor_peak_flops[matmul_rate_class(ins.dtype)] * 1e9
+            charged_flops += matmul_flops(ins)
             finish(i, now, end, COMPUTE_ENGINES.index(e))
 
     for i in range(n):
@@ -667,13 +675,15 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
             became_ready(i, 0.0)
     dispatch(0.0)
     while events:
-        now, i = heappop(events)
-        for s in succs[i]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                became_ready(s, now)
-        while events and events[0][0] <= now + _EPS:  # everything finishing now, then dispatch once
-            _, j = heappop(events)
+        # Everything finishing within _EPS of the first completion is one instant, dispatched once
+        # at the LAST of those times: at the first, an engine whose instruction ends a rounding
+        # error later would still look busy, its completion already consumed, and no later event
+        # would ever offer it work again (instructions silently left unscheduled).
+        done = [heappop(events)]
+        while events and events[0][0] <= done[0][0] + _EPS:
+            done.append(heappop(events))
+        now = done[-1][0]
+        for _, j in done:
             for s in succs[j]:
                 waiting[s] -= 1
                 if waiting[s] == 0:
@@ -683,6 +693,10 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     for i, ins in enumerate(trace):
         if i in folded:
             continue
+        if ins.opcode == "nc_matmul":
+            f = matmul_flops(ins)
+            flops += f
+            flops_ns += f / hw.tensor_peak_flops[matmul_rate_class(ins.dtype)] * 1e9
         for r in ins.reads:
             if r.memory is Memory.HBM:
                 hbm_read.setdefault(r.buffer, []).append((r.b_start, r.b_stop))
@@ -690,6 +704,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
             if w.memory is Memory.HBM:
                 hbm_written.setdefault(w.buffer, []).append((w.b_start, w.b_stop))
         hbm_bytes += ins.hbm_bytes
+    _check_accounted(trace, folded, end_at, placed, flops, charged_flops)
     if keep_schedule:
         rows.sort(key=lambda row: row[5])  # program order, as before
 
@@ -707,13 +722,31 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         hbm_bytes=hbm_bytes,
         dma_bytes=dma_bytes,
         flops=flops,
+        scheduled_flops=charged_flops,
         compulsory_hbm_bytes=compulsory,
-        roofline_compute_ns=flops_ns,
-        roofline_memory_ns=compulsory / hw.hbm_bytes_per_ns,
-        instructions=len(trace),
+        kernel_bound_compute_ns=flops_ns,
+        kernel_bound_memory_ns=compulsory / hw.hbm_bytes_per_ns,
+        instructions=len(trace) - len(folded),
+        scheduled=placed,
+        folded=len(folded),
         uncosted_opcodes=tuple(sorted(uncosted)),
         schedule=schedule,
     )
+
+
+def _check_accounted(trace: list[Instruction], folded: set[int], end_at: list[float], placed: int,
+                     flops: int, charged_flops: int) -> None:
+    """Every unfolded instruction of the trace was placed and charged once, on every estimate: an
+    instruction the scheduler failed to place would otherwise be a silent saving."""
+    expected = len(trace) - len(folded)
+    if placed == expected and charged_flops == flops:
+        return
+    # every placed instruction ends after time 0 (each pays at least its fixed start cost)
+    missing = next((i for i in range(len(trace)) if i not in folded and end_at[i] == 0.0), None)
+    where = (f"; first unplaced: #{missing} {trace[missing].opcode} on {trace[missing].engine.value} "
+             f"(line {trace[missing].line})" if missing is not None else "")
+    raise ModelError(f"performance model placed {placed} of {expected} instructions and charged "
+                     f"{charged_flops} of {flops} matmul FLOPs{where}: a model bug, not a saving")
 
 
 def write_perfetto(est: Estimate, path: str | Path) -> None:

@@ -5,6 +5,8 @@ target provides the same ones.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +19,8 @@ from axon.tiling.space import Limits
 @dataclass
 class Measured:
     latency_ns: float
-    roofline_ns: float
     outputs: object  # arrays, or None for timing-only runs
-    estimate: object
+    estimate: object  # the model's Estimate (its kernel bound is the kernel's own, not the program's)
 
 
 class TrainiumTarget:
@@ -81,12 +82,37 @@ class TrainiumTarget:
         if not timing_only:
             o = res.outputs
             outs = list(o) if isinstance(o, (tuple, list)) else [o]
-        return Measured(est.latency_ns, est.roofline_ns, outs, est)
+        return Measured(est.latency_ns, outs, est)
+
+    def peaks(self, dtype: str):
+        """The roofline's rates at `dtype`: TensorE peak and one core's HBM bandwidth (the
+        bandwidth, not the lower DMA aggregate: the tutorial's ridge point agrees [mm-tut])."""
+        from axon.search.roofline import Peaks
+        from axon.targets.trainium.hardware import matmul_rate_class
+
+        return Peaks(matmul_flops_per_ns=self.hw.tensor_peak_flops[matmul_rate_class(dtype)] / 1e9,
+                     memory_bytes_per_ns=self.hw.hbm_bytes_per_ns)
+
+    def model_fingerprint(self) -> str:
+        return model_fingerprint()
 
     def write_trace(self, measured: Measured, path: Path) -> None:
         from axon.targets.trainium.perfmodel import write_perfetto
 
         write_perfetto(measured.estimate, path)
+
+
+@functools.cache
+def model_fingerprint() -> str:
+    """A hash of the sources that turn a kernel into a latency: the simulator (it records the
+    instruction trace), the trace format, the hardware description and the performance model.
+    Cached results and benchmark rows carry it, so a model change never reuses old numbers."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in [root / "hardware.py", root / "perfmodel.py", root / "trace.py",
+                 *sorted((root / "simulator").glob("*.py"))]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def _dtype_name(dt) -> str:

@@ -22,18 +22,22 @@ def test_random_inputs_reference_and_json():
              "--reference", f"{TUTORIAL / 'reference.py'}:matmul", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert {"latency_ns", "roofline_ns", "engine_busy_ns", "hbm_bytes", "reference_ok", "max_abs_err"} <= set(out)
+    assert {"latency_ns", "kernel_bound_ns", "engine_busy_ns", "hbm_bytes", "reference_ok", "max_abs_err"} <= set(out)
+    assert "roofline_ns" not in out  # a bare kernel has no program, so no program roofline
     assert out["reference_ok"] is True and out["max_abs_err"] < 0.5
     assert set(out["engine_busy_ns"]) == {"tensor", "vector", "scalar", "gpsimd", "dma"}
     assert out["engine_busy_ns"]["tensor"] > 0 and out["hbm_bytes"] >= 2 * (256 * 128 + 256 * 512 + 128 * 512)
-    assert 0 < out["roofline_ns"] < out["latency_ns"]
+    assert 0 < out["kernel_bound_ns"] < out["latency_ns"]
+    # every traced instruction scheduled, every matmul FLOP charged
+    assert out["scheduled"] == out["instructions"] > 0
+    assert out["matmul_flops"] == out["scheduled_matmul_flops"] == 2 * 128 * 256 * 512
 
 
 def test_text_report_and_perfetto_trace(tmp_path):
     trace = tmp_path / "t.json"
     r = axon(TUTORIAL / "hoist_load.py", *SMALL, "--trace", trace)
     assert r.returncode == 0, r.stderr
-    assert "latency" in r.stdout and "roofline" in r.stdout and "tensor" in r.stdout
+    assert "latency" in r.stdout and "kernel's own traffic bound" in r.stdout and "tensor" in r.stdout
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e.get("name") == "nc_matmul" and e["ph"] == "X" for e in events)
 

@@ -232,9 +232,9 @@ def test_zeroing_a_psum_accumulator_is_folded_into_the_first_matmul():
     assert estimate(t.ins, TRN1).engine_busy_ns["vector"] == pytest.approx((2 * (512 + 60) + 100) / 1.12)
 
 
-# ----- roofline, outputs ------------------------------------------------------------------------
+# ----- the kernel's own bound, outputs --------------------------------------------------------
 
-def test_roofline_counts_matmul_flops_and_compulsory_bytes():
+def test_kernel_bound_counts_matmul_flops_and_compulsory_bytes():
     t = Trace()
     src, dst = t.buf(), t.buf()
     lhs, rhs, out, res = t.buf(), t.buf(), t.buf(), t.buf()
@@ -246,18 +246,19 @@ def test_roofline_counts_matmul_flops_and_compulsory_bytes():
     t.op("tensor_copy", Engine.VECTOR, [t.ps(out)], [t.sb(res, 1024)], dtype="bfloat16")
     t.store(t.hbm(dst, 0, 131072), t.sb(res, 1024))
     est = estimate(t.ins, TRN1)
-    assert est.flops == 2 * 128 * 128 * 512
-    assert est.roofline_compute_ns == pytest.approx(est.flops / TRN1.tensor_peak_flops[next(iter(TRN1.tensor_peak_flops))] * 1e9)
+    assert est.flops == est.scheduled_flops == 2 * 128 * 128 * 512
+    assert est.kernel_bound_compute_ns == pytest.approx(est.flops / TRN1.tensor_peak_flops[next(iter(TRN1.tensor_peak_flops))] * 1e9)
     assert est.compulsory_hbm_bytes == 32768 + 131072 + 131072
     assert est.hbm_bytes == 32768 * 2 + 131072 * 2
-    assert est.roofline_memory_ns == pytest.approx(est.compulsory_hbm_bytes / 410.0)
-    assert est.roofline_ns == max(est.roofline_compute_ns, est.roofline_memory_ns)
-    assert 0 < est.roofline_fraction < 1
+    assert est.kernel_bound_memory_ns == pytest.approx(est.compulsory_hbm_bytes / 410.0)
+    assert est.kernel_bound_ns == max(est.kernel_bound_compute_ns, est.kernel_bound_memory_ns)
+    assert 0 < est.kernel_bound_fraction < 1
 
 
 def test_empty_trace():
     est = estimate([], TRN2)
-    assert est.latency_ns == 0 and est.roofline_ns == 0 and est.roofline_fraction == 0
+    assert est.latency_ns == 0 and est.kernel_bound_ns == 0 and est.kernel_bound_fraction == 0
+    assert est.instructions == est.scheduled == 0
 
 
 def test_perfetto_trace_is_valid_json_with_one_track_per_engine(tmp_path):
