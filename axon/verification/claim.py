@@ -104,6 +104,8 @@ def narrowing(small: Sequence[dict], failing: Sequence[dict]) -> Optional[list[S
 
     while left:
         options = [(d, n) for d in sorted(left[0]) for n in range(2, 2 + max(f[d] for f in left))]
+        if not options:  # a binding with no dimensions fails: no lower bound leaves it out
+            return None
         d, n = min(options, key=lambda o: (sum(kept(p) and p[o[0]] < o[1] for p in passing),
                                            -sum(f[o[0]] < o[1] for f in left), o))
         bounds[d] = max(bounds.get(d, 1), n)
