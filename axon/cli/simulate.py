@@ -22,6 +22,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--input", action="append", default=[], metavar="NAME=SHAPE:DTYPE",
                         help="a parameter filled with seeded random data, e.g. a=4096x8192:bfloat16 (repeatable)")
     parser.add_argument("--inputs", metavar="FILE.npz", help="arrays named after the kernel's parameters")
+    parser.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                        help="a scalar argument, e.g. eps=1e-5 or TILES_IN_BLOCK_M=8 (repeatable; "
+                             "parameters with Python defaults keep them unless given)")
+    parser.add_argument("--grid", metavar="AxB", help="SPMD launch grid, e.g. 2x4: every instance runs")
     parser.add_argument("--reference", metavar="FILE.py:FUNC",
                         help="NumPy function taking the same named arrays; the output is checked against it")
     parser.add_argument("--timing-only", action="store_true",
@@ -53,7 +57,7 @@ def _on_timeout(signum, frame):
 
 
 def run(args) -> int:
-    from axon.targets.trainium.runner import parse_input_spec, run as run_kernel
+    from axon.targets.trainium.runner import parse_arg, parse_grid, parse_input_spec, run as run_kernel
 
     given = {}
     for text in args.input:
@@ -61,13 +65,21 @@ def run(args) -> int:
         if name in given:
             raise InputError(f"--input {name} given twice")
         given[name] = spec
+    scalars = {}
+    for text in args.arg:
+        name, value = parse_arg(text)
+        if name in scalars or name in given:
+            raise InputError(f"--arg {name} given twice (or also as --input)")
+        scalars[name] = value
+    grid = parse_grid(args.grid) if args.grid else None
     if args.timeout <= 0:
         raise InputError("--timeout must be positive")
     previous = signal.signal(signal.SIGALRM, _on_timeout)
     signal.setitimer(signal.ITIMER_REAL, args.timeout)
     try:
         report = run_kernel(args.kernel, given, target=args.target, timing_only=args.timing_only,
-                            reference=args.reference, seed=args.seed, trace_path=args.trace, npz=args.inputs)
+                            reference=args.reference, seed=args.seed, trace_path=args.trace, npz=args.inputs,
+                            args=scalars, grid=grid)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -81,21 +81,54 @@ def _random(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal(spec.shape, dtype=np.float32).astype(dt)
 
 
+def parse_arg(text: str) -> tuple[str, Any]:
+    """`NAME=VALUE` for a scalar kernel argument: a Python literal (1e-5, 16, True, (2, 4),
+    'name'), a dtype name such as `bfloat16` or `nl.float32`, or else the text itself."""
+    import ast
+
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name.isidentifier():
+        raise InputError(f"bad --arg {text!r}; expected NAME=VALUE, e.g. eps=1e-5")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        pass
+    dtype = value.split(".")[-1] if value.startswith(("nl.", "np.", "numpy.")) else value
+    if dtype in _DTYPES:
+        return name, numpy_dtype(dtype)
+    return name, value
+
+
+_GRID = re.compile(r"^\s*\d+(\s*[x,]\s*\d+)*\s*$")
+
+
+def parse_grid(text: str) -> tuple[int, ...]:
+    """`2x4` (or `2,4`, `8`): an SPMD launch grid."""
+    if not _GRID.match(text) or any(int(g) <= 0 for g in re.split(r"[x,]", text)):
+        raise InputError(f"bad --grid {text!r}; expected positive sizes such as 8 or 2x4")
+    return tuple(int(g) for g in re.split(r"[x,]", text))
+
+
 def resolve_inputs(params: tuple[str, ...] | list[str], given: dict[str, Any], *, timing_only: bool,
-                   seed: int = 0) -> dict[str, Any]:
-    """Map every kernel parameter to an array (or a ShapeDtype in timing-only mode)."""
+                   seed: int = 0, defaults: dict | None = None) -> dict[str, Any]:
+    """Map every kernel parameter to an array (or a ShapeDtype in timing-only mode); a parameter
+    with a Python default that is not given keeps its default."""
+    defaults = defaults or {}
     from axon.targets.trainium.simulator import ShapeDtype
 
     unknown = sorted(set(given) - set(params))
     if unknown:
         raise InputError(f"input(s) {', '.join(unknown)} are not parameters of the kernel ({', '.join(params)})")
-    missing = [p for p in params if p not in given]
+    missing = [p for p in params if p not in given and p not in defaults]
     if missing:
         raise InputError(f"missing input(s) for kernel parameter(s): {', '.join(missing)} "
                          f"(give --input NAME=SHAPE:DTYPE or --inputs FILE.npz)")
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {}
     for p in params:
+        if p not in given:
+            continue
         value = given[p]
         if isinstance(value, InputSpec):
             value = ShapeDtype(value.shape, value.dtype) if timing_only else _random(value, rng)
@@ -228,16 +261,25 @@ def _load(kernel) -> Any:
 
 def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool = False,
         reference: str | Callable | None = None, *, seed: int = 0, trace_path: str | Path | None = None,
-        npz: str | Path | None = None) -> RunReport:
-    """Simulate `kernel` (a Kernel, a `FILE.py[:FUNC]` path, or source text) and estimate it."""
+        npz: str | Path | None = None, args: dict[str, Any] | None = None,
+        grid: tuple[int, ...] | None = None) -> RunReport:
+    """Simulate `kernel` (a Kernel, a `FILE.py[:FUNC]` path, or source text) and estimate it.
+    `args` are scalar arguments (parameters with Python defaults keep them unless given); `grid`
+    launches an SPMD kernel: every instance runs, in turn, on one NeuronCore, and the estimate
+    schedules all their instructions as one stream."""
     from axon.targets.trainium.simulator import simulate
 
     hw = get_target(target)
     k = _load(kernel)
     given = dict(load_npz(npz)) if npz else {}
     given.update(inputs)
-    args = resolve_inputs(k.params, given, timing_only=timing_only, seed=seed)
-    result = simulate(k, args, target=hw.name, timing_only=timing_only)
+    for name, value in (args or {}).items():
+        if name in given:
+            raise InputError(f"{name} is given both as an input and as an argument")
+        given[name] = value
+    args = resolve_inputs(k.params, given, timing_only=timing_only, seed=seed,
+                          defaults=getattr(k, "defaults", None))
+    result = simulate(k, args, target=hw.name, timing_only=timing_only, grid=grid)
     est = estimate(result.trace, hw, keep_schedule=trace_path is not None)
     if trace_path is not None:
         try:

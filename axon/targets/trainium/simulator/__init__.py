@@ -228,9 +228,13 @@ def _to_output(value, where=""):
 
 def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "trn2",
              timing_only: bool = False, max_instructions: int = 5_000_000,
-             time_limit_s: float = 120.0) -> SimResult:
-    """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value)."""
+             time_limit_s: float = 120.0, grid: tuple | None = None) -> SimResult:
+    """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value).
+    `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
+    each runs in turn with its own `nl.program_id`, all sharing the HBM tensors they allocate
+    (the trace holds every instance's instructions, on one NeuronCore)."""
     hw = get_target(target) if isinstance(target, str) else target
+    grid = _check_grid(grid)
     missing = [p for p in kernel.params if p not in inputs and p not in kernel.defaults]
     if missing:
         raise InputError(f"kernel {kernel.name} needs inputs: {', '.join(missing)}")
@@ -238,13 +242,17 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     if extra:
         raise InputError(f"kernel {kernel.name} has no parameter(s): {', '.join(extra)}")
     ctx = SimContext(hw, kernel.path, timing_only, max_instructions)
+    ctx.grid = grid
 
     def run():
         ns = execute(kernel.code, kernel.path, ctx)
         fn = ns.get(kernel.name)
         fn = fn.fn if isinstance(fn, Jit) else fn
         args = {n: _hbm_input(ctx, n, v, timing_only) for n, v in inputs.items()}
-        ret = fn(**args)
+        ret = None
+        for ids in (np.ndindex(*grid) if grid else [()]):
+            ctx.program_ids, ctx.hbm_cursor = tuple(int(i) for i in ids), 0
+            ret = fn(**args)
         if ctx.pending:
             ctx.charge_pending()
         line = _return_line(kernel.source, kernel.name) if not timing_only else None
@@ -258,6 +266,20 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     with cyclic_gc_paused():
         outputs, arguments = _run_guarded(ctx, run, time_limit_s)
     return SimResult(outputs, ctx.trace, ctx.hbm_bytes, arguments, ctx.sbuf_peak, ctx.psum_peak)
+
+
+def _check_grid(grid) -> tuple:
+    if grid is None:
+        return ()
+    if isinstance(grid, int):
+        grid = (grid,)
+    try:
+        grid = tuple(int(g) for g in grid)
+    except (TypeError, ValueError):
+        raise InputError(f"bad SPMD grid {grid!r}; expected a tuple of positive ints, e.g. (2, 4)") from None
+    if not grid or any(g <= 0 for g in grid):
+        raise InputError(f"bad SPMD grid {grid!r}; every axis must be a positive int")
+    return grid
 
 
 def _shapes(value):

@@ -19,6 +19,12 @@ class SimContext:
         self.kernel_path = kernel_path
         self.timing_only = timing_only
         self.max_instructions = max_instructions
+        # SPMD launch: the grid, this instance's ids, and the shared HBM tensors the first
+        # instance allocated (later instances get the same tensors, in allocation order)
+        self.grid: tuple = ()
+        self.program_ids: tuple = ()
+        self.hbm_allocs: list = []
+        self.hbm_cursor = 0
         self.trace: list[Instruction] = []
         self.hbm_bytes = 0
         self._next_buffer = 0

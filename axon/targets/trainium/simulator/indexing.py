@@ -166,6 +166,14 @@ def mask_array(mask, shape):
             return np.broadcast_to(arr, core).reshape(shape)
         except ValueError:
             continue
+    if arr.ndim > len(shape):
+        # a mask over an instruction's input iteration space (a reduction's [P, a, b] on its
+        # reduced [P] result): a result element is written where any of its inputs is active
+        extra = tuple(range(len(shape), arr.ndim))
+        try:
+            return np.broadcast_to(arr.any(axis=extra), shape)
+        except ValueError:
+            pass
     raise KernelError(f"mask of shape {arr.shape} does not fit the tile shape {tuple(shape)}")
 
 

@@ -9,8 +9,8 @@ in float32 and rounds it to the destination dtype. The beta-1 form (instructions
 fresh tile) calls the same function with `dst=None`.
 
 Invariant: `INSTRUCTIONS` is the whole `nki.isa` instruction namespace (the loader adds the enums
-below and nothing else), and every name in it has a `BETA1_POSITIONAL` arity. A fresh result tile
-returned by an instruction remembers its producer, so `t[...] = nisa.x(...)` and
+below, their deprecated constants `nisa.vector_engine` etc., and nothing else), and every name in
+it has a `BETA1_POSITIONAL` arity. A fresh result tile returned by an instruction remembers its producer, so `t[...] = nisa.x(...)` and
 `psum[...] += nisa.nc_matmul(...)` retarget that one instruction instead of issuing a copy (see
 language.assign / language.iadd).
 """

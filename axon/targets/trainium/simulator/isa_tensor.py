@@ -21,9 +21,10 @@ def nc_matmul(ctx, dst, stationary, moving, is_stationary_onezero=False, is_movi
               mask=None, name=None, **_):
     op = "nc_matmul"
     st = onchip(ctx, stationary, "stationary", op, (SBUF,))
-    mv = onchip(ctx, moving, "moving", op, (SBUF,))
-    if is_transpose:
-        raise KernelError("nisa.nc_matmul(is_transpose=True) is not supported; use nisa.nc_transpose")
+    # the moving tile may be read from PSUM (the compiler accepts it; the PE array streams it)
+    mv = onchip(ctx, moving, "moving", op, (SBUF, PSUM))
+    # is_transpose=True: the PE array passes the stationary tile through an identity moving tile,
+    # which is the same product stationary.T @ moving; the one-zero flags only speed it up.
     tiles = ctx.hw.tiles
     K, M, N = st.shape[0], free_size(st.shape), free_size(mv.shape)
     if mv.shape[0] != K:

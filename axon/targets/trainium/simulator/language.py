@@ -75,7 +75,19 @@ def ndarray(ctx, shape, dtype, buffer=None, name="", **_):
     mem = _memory(buffer)
     if mem is not HBM and len(shape) == 1:
         shape = shape + (1,)
-    return alloc(ctx, shape, dtype, mem, name=name, pdim=pdim)
+    shared = mem is HBM and ctx.grid and getattr(buffer, "name", "") != "private_hbm"
+    if shared and ctx.hbm_cursor < len(ctx.hbm_allocs):  # a later SPMD instance: the same tensor
+        t = ctx.hbm_allocs[ctx.hbm_cursor]
+        ctx.hbm_cursor += 1
+        if t.shape != shape or t.dtype != dtypes.to_dtype(dtype):
+            raise KernelError(f"SPMD instance {ctx.program_ids} allocates shared HBM tensor "
+                              f"{shape} {dtype} where instance 0 allocated {t.shape} {t.dtype}")
+        return t.buf.full_tile()
+    t = alloc(ctx, shape, dtype, mem, name=name, pdim=pdim)
+    if shared:
+        ctx.hbm_allocs.append(t)
+        ctx.hbm_cursor += 1
+    return t
 
 
 def full(ctx, shape, fill_value, dtype, buffer=None, name="", **_):
@@ -190,6 +202,17 @@ def binary(ctx, op: ops.Op, x, y, dtype=None, mask=None, dst=None, **_):
         if dtype is None and dst is None and x.dtype != y.dtype:
             dtype = _promote(x.dtype, y.dtype)
         return isa.tensor_tensor(ctx, dst, x, y, op, dtype=dtype, mask=mask)
+    if y.shape[0] == P and len(x.shape) == len(y.shape) and not _is_column(y, P):
+        try:
+            full = np.broadcast_shapes(x.shape, y.shape)
+        except ValueError:
+            full = None
+        if full is not None and full[0] == P:  # free axes of size 1 broadcast
+            if full == x.shape:
+                return isa.tensor_tensor(ctx, dst, x, y, op, dtype=dtype or (
+                    _promote(x.dtype, y.dtype) if dst is None and x.dtype != y.dtype else None), mask=mask)
+            if full == y.shape and op.name in _COMMUTATIVE:
+                return binary(ctx, op, y, x, dtype, mask, dst)
     if y.shape[0] == P and _is_column(y, P):
         return isa.tensor_scalar(ctx, dst, x, op, y, dtype=dtype, mask=mask)
     if x.shape[0] == y.shape[0] and _is_column(x, P):
@@ -199,6 +222,10 @@ def binary(ctx, op: ops.Op, x, y, dtype=None, mask=None, dst=None, **_):
     if x.shape[0] == 1 and operands.free_size(y.shape) == operands.free_size(x.shape):
         return binary(ctx, op, broadcast_to(ctx, x, y.shape), y, dtype, mask, dst)
     raise KernelError(f"nl.{op.name}: operand shapes {x.shape} and {y.shape} do not broadcast")
+
+
+_COMMUTATIVE = {"add", "multiply", "maximum", "minimum", "equal", "not_equal", "bitwise_and",
+                "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor"}
 
 
 def _promote(a, b):
@@ -283,11 +310,104 @@ def static_range(ctx, *args, **_):
 
 
 def program_id(ctx, axis=0, **_):
-    return 0
+    """This SPMD instance's index along `axis` of the launch grid (0 outside a grid)."""
+    grid, ids = getattr(ctx, "grid", ()), getattr(ctx, "program_ids", ())
+    axis = int(axis)
+    if axis < 0 or (grid and axis >= len(grid)):
+        raise KernelError(f"nl.program_id({axis}): the launch grid has {len(grid) or 1} axis(es)")
+    return ids[axis] if axis < len(ids) else 0
 
 
 def num_programs(ctx, axes=None, **_):
-    return 1
+    """Instances along `axes` of the launch grid (an int, or a tuple for several axes; all axes
+    when None)."""
+    grid = tuple(getattr(ctx, "grid", ())) or (1,)
+    if axes is None:
+        return math.prod(grid) if len(grid) > 1 else grid[0]
+    if isinstance(axes, (tuple, list)):
+        return tuple(grid[a] if a < len(grid) else 1 for a in axes)
+    return grid[axes] if axes < len(grid) else 1
+
+
+def program_ndim(ctx, **_):
+    return len(getattr(ctx, "grid", ()))
+
+
+def shared_constant(ctx, constant, dtype=None, **_):
+    """nl.shared_constant: an HBM tensor holding `constant` (a NumPy array)."""
+    from .memory import wrap_array
+
+    arr = np.asarray(constant)
+    if dtype is None and arr.dtype in (np.float64, np.int64):
+        dtype = np.float32 if arr.dtype == np.float64 else np.int32
+    arr = arr.astype(dtypes.to_dtype(dtype if dtype is not None else arr.dtype))
+    return wrap_array(ctx, np.array(arr, copy=True), "shared_constant")
+
+
+class LoopReduce:
+    """What nl.loop_reduce(x, op, loop_indices) returns: assigned into a tile `dst`, it becomes
+    `dst = op(dst, x)` (the destination is the other operand of the reduction)."""
+
+    def __init__(self, x, op, dtype, mask):
+        self.x, self.op, self.dtype, self.mask = x, op, dtype, mask
+
+
+def loop_reduce(ctx, x, op, loop_indices=None, dtype=None, mask=None, **_):
+    if not isinstance(x, Tile):
+        raise KernelError(f"nl.loop_reduce expects a tile, got {type(x).__name__}")
+    return LoopReduce(x, ops.lookup(op, 2), dtype, mask)
+
+
+class finfo:
+    """nl.finfo(dtype): the dtype's limits (max, min, eps, tiny, bits)."""
+
+    def __init__(self, dtype):
+        import ml_dtypes
+
+        dt = dtypes.to_dtype(dtype)
+        info = np.finfo(dt) if dt.kind == "f" and dt.itemsize >= 2 and dt != dtypes.bfloat16 \
+            else ml_dtypes.finfo(dt)
+        self.dtype, self.bits = dt, info.bits
+        self.max, self.min, self.eps = float(info.max), float(info.min), float(info.eps)
+        self.tiny = float(info.tiny)
+        self.smallest_normal = self.tiny
+
+
+class iinfo:
+    """nl.iinfo(dtype): an integer dtype's limits."""
+
+    def __init__(self, dtype):
+        info = np.iinfo(dtypes.to_dtype(dtype))
+        self.dtype, self.bits, self.max, self.min = info.dtype, info.bits, int(info.max), int(info.min)
+
+
+class NKIObject:
+    """nki.language.NKIObject: base class of kernel dataclasses and configuration objects."""
+
+
+def where(ctx, condition, x, y, dtype=None, mask=None, **_):
+    """nl.where(condition, x, y): x where condition is true, else y (one Vector Engine select)."""
+    tiles = [t for t in (condition, x, y) if isinstance(t, Tile)]
+    if not isinstance(condition, Tile):
+        raise KernelError("nl.where: the condition must be a tile")
+    shape = condition.shape
+    out, fresh = operands.dst_tile(ctx, None, shape, dtypes.to_dtype(dtype) if dtype is not None else
+                                   next((t.dtype for t in (x, y) if isinstance(t, Tile)), dtypes.float32),
+                                   SBUF, "select", mask)
+    vals, inits = [], []
+    for what, t in (("condition", condition), ("x", x), ("y", y)):
+        if isinstance(t, Tile):
+            _, v, ini = operands.elementwise_operand(ctx, t, shape, "select", what)
+        else:
+            v, ini = (None if ctx.timing_only else np.asarray(t, np.float32)), None
+        vals.append(v)
+        inits.append(ini)
+    ins = ctx.emit("tensor_tensor", Engine.VECTOR, shape[0], operands.free_size(shape), condition.dtype,
+                   tuple(t.region() for t in tiles), (out.region(),),
+                   {**operands.src_extra(*tiles), "op": "select"})
+    res = None if vals[0] is None else np.where(np.asarray(vals[0]) != 0, vals[1], vals[2]).astype(np.float32)
+    return operands.finish(ctx, out, fresh, None if res is None else np.broadcast_to(res, shape),
+                           operands.and_init(*inits), mask, ins)
 
 
 def device_print(ctx, *args, **_):
@@ -357,6 +477,9 @@ def _retarget(ctx, value: Tile, dst: Tile, accumulate=False):
 
 def assign(ctx, dst: Tile, value):
     """`dst[...] = value`"""
+    if isinstance(value, LoopReduce):
+        binary(ctx, value.op, dst, value.x, dtype=value.dtype, mask=value.mask, dst=dst)
+        return
     if isinstance(value, Tile):
         if value.iadd:
             value.iadd = False
@@ -382,7 +505,9 @@ def iadd(ctx, target: Tile, value, op=None):
     if (op.name == "add" and isinstance(value, Tile) and value.producer is not None
             and value.producer.opcode == "nc_matmul" and target.buf.memory is PSUM
             and _can_retarget(value, target)):
-        _retarget(ctx, value, target, accumulate=True)
+        # the first matmul of an accumulation group into a never-written PSUM tile overwrites it
+        ini = target.initialised()
+        _retarget(ctx, value, target, accumulate=ini is None or bool(ini.any()))
     else:
         binary(ctx, op, target, value, dst=target)
     target.iadd = True
@@ -412,10 +537,31 @@ def _install_operators():
                          ("ge", "greater_equal")):
         setattr(Tile, f"__{dunder}__", bin_(name))
     Tile.__neg__ = lambda self: unary(self.buf.ctx, O["negative"], self)
-    Tile.__getitem__ = Tile.view
+    Tile.__getitem__ = _view
     Tile.__setitem__ = lambda self, key, value: assign(self.buf.ctx, self.view(key), value)
     Tile.broadcast_to = lambda self, shape: broadcast_to(self.buf.ctx, self, shape)
     Tile.__array__ = _no_array
+
+
+def _view(self, key):
+    """`t[key]`; an integer tile in the key (indirect addressing: a gather DMA's row offsets)
+    indexes with its values, as an index expression of the tile's shape."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, Tile) for k in parts):
+        parts = tuple(_index_tile(self.buf.ctx, k) if isinstance(k, Tile) else k for k in parts)
+        key = parts if isinstance(key, tuple) else parts[0]
+    return self.view(key)
+
+
+def _index_tile(ctx, t: Tile) -> IndexExpr:
+    if t.dtype.kind not in "iu":
+        raise KernelError(f"an index tile must hold integers, got {t.dtype}")
+    if t.buf.memory is HBM:
+        raise KernelError("an index tile must be on chip (SBUF)")
+    if ctx.timing_only:  # no data: the first row stands for every offset
+        return IndexExpr(np.zeros(t.shape, dtype=np.int64))
+    operands.check_init(t, "indirect index", "the index tile")
+    return IndexExpr(np.asarray(t.values(), dtype=np.int64))
 
 
 def _no_array(self, *a, **k):

@@ -2,15 +2,27 @@
 module trees bound to one `SimContext`, and executes the kernel source with an import hook
 that resolves those names to them.
 
-Invariant: nothing global changes: `sys.modules` is never touched; the hook lives only in the
-kernel module's own `__builtins__`, and each simulation executes the kernel source afresh
-with modules bound to that simulation's context.
+A kernel file inside a package (a folder with `__init__.py`, or one its relative imports
+climb through) runs as a module of that package: relative imports, and absolute imports of the
+package's own top-level name (or of a sibling file of a kernel outside any package), load those
+files afresh with the same hooked builtins. While a module's top level runs, it and the modules
+it loaded are registered in `sys.modules` under their names (a module-level `@dataclass` looks
+its module up there); the previous entries are restored afterwards.
+
+Invariant: nothing global outlives a load: the hook lives only in the kernel modules' own
+`__builtins__`, `sys.modules` is restored after each top-level execution, and each simulation
+executes the kernel source afresh with modules bound to that simulation's context.
 """
 from __future__ import annotations
 
 import builtins
 import functools
+import os
+import re
+import sys
 import types
+
+import numpy as np
 
 from axon.errors import KernelError
 
@@ -120,11 +132,15 @@ def _language_module(ctx, module_name: str) -> types.ModuleType:
     for name in ("ndarray", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
                  "shared_identity_matrix", "load", "store", "load_transpose2d", "matmul",
                  "transpose", "affine_range", "sequential_range", "static_range", "program_id",
-                 "num_programs", "device_print", "broadcast_to"):
+                 "num_programs", "program_ndim", "device_print", "broadcast_to", "shared_constant",
+                 "loop_reduce", "where"):
         d[name] = functools.partial(getattr(language, name), ctx)
     d["copy"] = LangOp(ctx, ops.OPS["copy"], "unary")
     d["arange"], d["mgrid"], d["ds"] = indexing.arange, indexing.mgrid, indexing.ds
     d["par_dim"] = language.par_dim
+    d["finfo"], d["iinfo"], d["NKIObject"] = language.finfo, language.iinfo, language.NKIObject
+    f32 = np.finfo(np.float32)  # nl.fp32.min etc. (beta-1 constants)
+    d["fp32"] = types.SimpleNamespace(min=float(f32.min), max=float(f32.max), eps=float(f32.eps))
     d["tile_size"] = language.TileSize(ctx.hw.tiles, ctx.hw.memory)
     d["__getattr__"] = _unsupported(module_name)
     return m
@@ -135,8 +151,46 @@ def _isa_module(ctx, module_name: str, beta1: bool) -> types.ModuleType:
     for name, impl in isa.INSTRUCTIONS.items():
         m.__dict__[name] = _isa_function(ctx, name, impl, beta1)
     m.reduce_cmd, m.engine, m.dge_mode = isa.reduce_cmd, isa.engine, isa.dge_mode
+    for eng in ("tensor", "vector", "scalar", "gpsimd", "unknown"):  # nisa.vector_engine, ...
+        m.__dict__[eng + "_engine"] = getattr(isa.engine, eng)
+    m.oob_mode = types.SimpleNamespace(error="error", skip="skip")
+    m.matmul_perf_mode = types.SimpleNamespace(none=None, double_row="double_row",
+                                               double_row_gen3="double_row_gen3")
     m.nc_version = types.SimpleNamespace(gen2="gen2", gen3="gen3", gen4="gen4")
     m.get_nc_version = lambda: {"trn1": "gen2", "trn2": "gen3"}.get(ctx.hw.name, "gen4")
+    m.__dict__["__getattr__"] = _unsupported(module_name)
+    return m
+
+
+class _Allocator:
+    """What `ncc.sbuf.mod_alloc(...)`, `ncc.psum.alloc(...)` and friends return: the simulator
+    allocates the buffer itself, so an explicit placement only names the memory."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __call__(self, *args, **kwargs):
+        return self.kind
+
+
+def _directive(*args, **kwargs):
+    """Compiler directives and decorators (`ncc.no_reorder()`, `@ncc.skip_middle_end_transformations`,
+    `@ncc.enable_stack_allocator(...)`): no effect on what the kernel computes."""
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return _directive
+
+
+def _compiler_module(ctx, module_name: str) -> types.ModuleType:
+    m = types.ModuleType(module_name)
+    for mem in ("sbuf", "psum"):
+        kind = language.BUFFERS[mem]
+        m.__dict__[mem] = types.SimpleNamespace(mod_alloc=_Allocator(kind), alloc=_Allocator(kind),
+                                                auto_alloc=_Allocator(kind))
+    m.__dict__["hbm"] = types.SimpleNamespace(alloc=_Allocator(language.BUFFERS["shared_hbm"]))
+    for name in ("skip_middle_end_transformations", "enable_stack_allocator", "no_reorder",
+                 "force_auto_alloc", "multi_buffer", "tile_pool", "enable_stack_allocator"):
+        m.__dict__[name] = _directive
     m.__dict__["__getattr__"] = _unsupported(module_name)
     return m
 
@@ -151,7 +205,9 @@ def build_modules(ctx) -> dict[str, types.ModuleType]:
         typing = types.ModuleType(top + ".typing")
         typing.tensor = _AnyType
         typing.__dict__["__getattr__"] = lambda name: _AnyType
-        pkg.language, pkg.isa, pkg.typing = lang, isam, typing
+        comp = _compiler_module(ctx, top + ".compiler")
+        pkg.language, pkg.isa, pkg.typing, pkg.compiler = lang, isam, typing, comp
+        mods[top + ".compiler"] = comp
         for deco in ("jit", "baremetal", "benchmark", "profile", "trace", "simulate_kernel"):
             setattr(pkg, deco, _decorator)
         pkg.__dict__["__getattr__"] = _unsupported(top)
@@ -162,8 +218,116 @@ def build_modules(ctx) -> dict[str, types.ModuleType]:
     return mods
 
 
-def make_builtins(mods: dict) -> dict:
-    """A copy of the builtins whose __import__ resolves nki / neuronxcc names to `mods`."""
+_RELATIVE = re.compile(r"^\s*from\s+(\.+)", re.M)
+
+
+def package_of(path: str, source: str = "") -> tuple[str, str | None]:
+    """(root, module name) of a kernel file: the folder to import its package from and its dotted
+    name there, or (its folder, None) outside any package. A folder is a package when it has an
+    `__init__.py`, or when the file's relative imports climb through it (a namespace package)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    depth = max((len(m.group(1)) for m in _RELATIVE.finditer(source)), default=0)
+    parts = [os.path.splitext(os.path.basename(path))[0]]
+    while True:
+        climbing = len(parts) <= depth
+        if not (climbing or os.path.isfile(os.path.join(folder, "__init__.py"))):
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder or not os.path.basename(folder).isidentifier():
+            break
+        parts.insert(0, os.path.basename(folder))
+        folder = parent
+    if len(parts) == 1:
+        return folder, None
+    return folder, ".".join(parts)
+
+
+class _Importer:
+    """The kernel's own package (or sibling files): loaded from `root` with the hooked builtins,
+    once per simulation; `registered` lists what was put into `sys.modules` and what it hid."""
+
+    def __init__(self, root: str):
+        self.root, self.modules, self.saved = root, {}, {}
+        self.builtins: dict = {}
+
+    def owns(self, name: str) -> bool:
+        top = name.split(".")[0]
+        if top in self.modules:
+            return True
+        base = os.path.join(self.root, top)
+        return os.path.isfile(base + ".py") or os.path.isdir(base)
+
+    def register(self, name: str, module):
+        if name not in self.saved:
+            self.saved[name] = sys.modules.get(name)
+        sys.modules[name] = module
+
+    def restore(self):
+        for name, old in self.saved.items():
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
+        self.saved = {}
+
+    def load(self, name: str) -> types.ModuleType:
+        if name in self.modules:
+            return self.modules[name]
+        parts = name.split(".")
+        parent = self.load(".".join(parts[:-1])) if len(parts) > 1 else None
+        base = os.path.join(self.root, *parts)
+        if os.path.isdir(base):
+            file = os.path.join(base, "__init__.py")
+            file = file if os.path.isfile(file) else None
+            pkg_path = [base]
+        elif os.path.isfile(base + ".py"):
+            file, pkg_path = base + ".py", None
+        else:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        m = types.ModuleType(name)
+        m.__file__ = file
+        m.__package__ = name if pkg_path else ".".join(parts[:-1])
+        if pkg_path:
+            m.__path__ = pkg_path
+        m.__builtins__ = self.builtins
+        self.modules[name] = m
+        self.register(name, m)
+        if file is not None:
+            with open(file, encoding="utf-8") as f:
+                code = compile(f.read(), file, "exec")
+            try:
+                exec(code, m.__dict__)
+            except BaseException:
+                del self.modules[name]
+                raise
+        if parent is not None:
+            setattr(parent, parts[-1], m)
+        return m
+
+
+class _Missing(types.ModuleType):
+    """A module the kernel file imports for its host-side code (torch, torch_xla, ...) that is not
+    installed: importing it succeeds, using anything from it inside the simulation fails."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing(f"{self.__name__}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise KernelError(f"{self.__name__} is not installed (the kernel file imports it for host code; "
+                          f"the simulator runs only the kernel)")
+
+    def __getitem__(self, key):
+        return self
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+def make_builtins(mods: dict, importer: _Importer | None = None) -> dict:
+    """A copy of the builtins whose __import__ resolves nki / neuronxcc names to `mods`, and the
+    kernel's own package and sibling files to `importer`."""
     real_import = builtins.__import__
 
     def hooked_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -173,16 +337,64 @@ def make_builtins(mods: dict) -> dict:
             if fromlist:
                 return mods[name]
             return mods[name.split(".")[0]]
-        return real_import(name, globals, locals, fromlist, level)
+        if importer is not None and (level > 0 or importer.owns(name)):
+            if level > 0:
+                package = (globals or {}).get("__package__") or ""
+                bits = package.split(".") if package else []
+                if level - 1 > len(bits) or not package:
+                    raise ImportError("attempted relative import beyond top-level package")
+                base = ".".join(bits[:len(bits) - (level - 1)])
+                absname = f"{base}.{name}" if name else base
+            else:
+                absname = name
+            module = importer.load(absname)
+            if fromlist:
+                for item in fromlist:
+                    if item != "*" and not hasattr(module, item) and getattr(module, "__path__", None):
+                        try:
+                            importer.load(f"{absname}.{item}")
+                        except ModuleNotFoundError:
+                            pass
+                return module
+            return module if level > 0 else importer.load(absname.split(".")[0])
+        try:
+            return real_import(name, globals, locals, fromlist, level)
+        except ModuleNotFoundError as err:  # a host-side dependency (torch, torch_xla) not installed
+            if level or not err.name or name.split(".")[0] != err.name.split(".")[0]:
+                raise
+            return _Missing(name if fromlist else name.split(".")[0])
 
     b = dict(builtins.__dict__)
     b["__import__"] = hooked_import
+    if importer is not None:
+        importer.builtins = b
     return b
 
 
-def execute(code, path: str, ctx) -> dict:
+def execute(code, path: str, ctx, source: str | None = None) -> dict:
     """Run the kernel module's top level with fresh fake modules; returns its namespace."""
+    if source is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+        except OSError:
+            source = ""
+    root, modname = package_of(path, source)
     mods = build_modules(ctx)
-    namespace = {"__name__": "nki_kernel", "__file__": path, "__builtins__": make_builtins(mods)}
-    exec(code, namespace)
+    importer = _Importer(root) if os.path.isfile(path) else None
+    module = types.ModuleType(modname or "nki_kernel")
+    namespace = module.__dict__
+    namespace.update({"__file__": path, "__builtins__": make_builtins(mods, importer)})
+    if modname:
+        namespace["__package__"] = modname.rpartition(".")[0]
+    try:
+        if importer is not None:
+            if modname:
+                importer.load(modname.rpartition(".")[0])  # its packages' __init__ first
+                importer.modules[modname] = module
+            importer.register(module.__name__, module)
+        exec(code, namespace)
+    finally:
+        if importer is not None:
+            importer.restore()
     return namespace

@@ -239,6 +239,13 @@ def registers(ctx, kind: str):
 
 def elementwise_operand(ctx, x, shape, opcode, what, m=None):
     t = onchip(ctx, x, what, opcode)
+    if (t.shape[0] == shape[0] and len(t.shape) == len(shape) and t.shape != tuple(shape)
+            and all(a in (1, b) for a, b in zip(t.shape[1:], shape[1:]))):
+        # free axes of size 1 broadcast (a zero-stride access pattern)
+        check_layout(ctx, t, opcode, what)
+        v, ini = read(ctx, t, opcode, what)
+        return (t, None if v is None else np.broadcast_to(v, shape),
+                None if ini is None else np.broadcast_to(ini, shape))
     if t.shape[0] != shape[0] or free_size(t.shape) != free_size(shape):
         raise KernelError(f"nisa.{opcode}: {what} has shape {t.shape}, expected {tuple(shape)}")
     check_layout(ctx, t, opcode, what)
@@ -255,6 +262,6 @@ def norm_axes(axis, ndim, opc):
     axes = tuple(sorted(a + ndim if a < 0 else a for a in axes))
     if not axes or 0 in axes:
         raise KernelError(f"nisa.{opc}: cannot reduce the partition axis 0 (use tensor_partition_reduce)")
-    if axes != tuple(range(axes[0], ndim)):
-        raise KernelError(f"nisa.{opc}: reduction axes {axes} must be the last contiguous free axes")
-    return axes
+    if len(set(axes)) != len(axes) or axes[-1] >= ndim:
+        raise KernelError(f"nisa.{opc}: bad reduction axes {axes} for a {ndim}-D tile")
+    return axes  # any free axes: the access pattern walks them innermost

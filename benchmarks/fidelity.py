@@ -1,0 +1,561 @@
+"""Run the public NKI kernels unchanged in Axon's simulator and model, and write
+benchmarks/results/fidelity.md.
+
+    .venv/bin/python benchmarks/fidelity.py --corpus /tmp/corpus [--only NAME] [--jobs 2]
+
+DIR holds checkouts fetched with the search tool's `fetch` (never committed):
+    DIR/nki-samples           aws-neuron/nki-samples at HEAD
+    DIR/nki-samples-fc5c69f   aws-neuron/nki-samples at fc5c69f (beta-1 tutorials, reference kernels)
+    DIR/AccelOpt              zhang677/AccelOpt (NKIBench)
+    DIR/nki-library           aws-neuron/nki-library
+
+Each kernel runs from its own file, given only array inputs, scalar arguments and an SPMD grid,
+at the shapes its own test, reference or benchmark code uses (the table below records those
+facts). NKIBench kernels take their inputs and NumPy reference from
+`NKIBench/reference/<name>_numpy_N.py` (`get_inputs`, `transform_to_nki_inputs`, `forward`);
+the other references are NumPy written here from the kernels' documented meaning. An output
+matches when it is within rtol = atol/max|ref| = 2e-3 (float32 outputs) or 3e-2 (16-bit) of the
+reference elementwise, relative to max|ref|. Latencies are the model's trn1 estimate (SPMD
+instances run one after another on one NeuronCore, their instructions scheduled as one stream);
+"measured" comes from ../shared/fidelity.md where that file gives the same kernel at the same
+shape.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import multiprocessing as mp
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TARGET = "trn1"
+TIME_LIMIT_S = 900.0
+
+
+@dataclass
+class Entry:
+    corpus: str
+    path: str  # relative to the corpus checkout
+    func: str
+    inputs: Callable[[np.random.Generator], dict] | None = None
+    args: dict = field(default_factory=dict)
+    grid: tuple | None = None
+    reference: Callable | None = None  # reference(**inputs, **args) -> output(s)
+    nkibench: str | None = None  # NKIBench reference module name
+    measured_ms: float | None = None
+    note: str = ""
+
+    @property
+    def name(self):
+        return f"{self.corpus}:{self.path}:{self.func}"
+
+
+# ----- NumPy references (written for this study from each kernel's meaning) -----------------
+
+def _f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def ref_add(a_input, b_input):
+    return _f32(a_input) + _f32(b_input)
+
+
+def ref_matmul(lhsT, rhs, **_):
+    return _f32(lhsT).T @ _f32(rhs)
+
+
+def ref_transpose2d(in_tensor, shape2D):
+    P = in_tensor.shape[0]
+    X, Y = shape2D
+    return in_tensor.reshape(P, X, Y).transpose(0, 2, 1).reshape(P, X * Y)
+
+
+def ref_avgpool(in_tensor, pool_size):
+    c, h, w = in_tensor.shape
+    x = _f32(in_tensor).reshape(c, h // pool_size, pool_size, w // pool_size, pool_size)
+    return x.mean(axis=(2, 4))
+
+
+def ref_rmsnorm(a_tensor, g_tensor):
+    a = _f32(a_tensor)
+    return a / np.sqrt(np.mean(a * a, axis=1, keepdims=True)) * _f32(g_tensor)
+
+
+def ref_layernorm(input_tensor, epsilon, gamma_vector, beta_vector):
+    x = _f32(input_tensor)
+    mean = x.mean(axis=1, keepdims=True)
+    var = x.var(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(var + epsilon) * _f32(gamma_vector) + _f32(beta_vector)
+
+
+def ref_softmax(a_tensor):
+    return _softmax(_f32(a_tensor), axis=1)
+
+
+def ref_mamba(delta, u, A, B, C):
+    delta, u, A, B, C = map(_f32, (delta, u, A, B, C))
+    dA = np.exp(delta[:, :, None, :] * A[None, :, :, None])  # [b, ch, state, seq]
+    dBu = delta[:, :, None, :] * B[:, None, :, :] * u[:, :, None, :]
+    state = np.zeros(dA.shape[:-1], np.float32)
+    out = np.empty_like(dA)
+    for t in range(dA.shape[-1]):
+        state = dA[..., t] * state + dBu[..., t]
+        out[..., t] = state
+    return (C[:, None, :, :] * out).sum(axis=2)
+
+
+def ref_attn_tutorial(q, k, v):  # q, k, v: [d_head, seqlen]
+    s = _f32(q).T @ _f32(k)
+    return _softmax(s, axis=1) @ _f32(v).T
+
+
+def ref_sd_attention_tutorial(q_ref, k_ref, v_ref, **_):  # [seqlen, d]
+    s = (_f32(q_ref) * 0.125) @ _f32(k_ref).T
+    return _softmax(s, axis=-1) @ _f32(v_ref)
+
+
+def ref_sd_attention(q_ref, k_ref, v_ref, **_):  # q [bs, d, seqlen], k [bs, seqlen, d] or [bs, d, seqlen]
+    q = _f32(q_ref) * 0.125
+    k = _f32(k_ref) if k_ref.shape[1] != q_ref.shape[1] else _f32(k_ref).transpose(0, 2, 1)
+    s = np.matmul(q.transpose(0, 2, 1), k.transpose(0, 2, 1))
+    return np.matmul(_softmax(s, axis=-1), _f32(v_ref))
+
+
+def ref_rotary(q, k, cos, sin):  # q, k: [b, h, seq, d]; cos, sin: [b, seq, d]
+    def rot(x):
+        half = x.shape[-1] // 2
+        return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    c, s = _f32(cos)[:, None], _f32(sin)[:, None]
+    q, k = _f32(q), _f32(k)
+    return np.stack([q * c + rot(q) * s, k * c + rot(k) * s])
+
+
+def ref_rms_norm_qkv(hidden, weights, eps=1e-6, **_):
+    h = _f32(hidden)
+    rms = np.sqrt(np.mean(np.square(h), axis=-1, keepdims=True))
+    return (h / (rms + eps)) @ _f32(weights)
+
+
+def ref_adaptive_avg_pool2d(in_tensor, output_size):
+    x = _f32(in_tensor)
+    N, C, H, W = x.shape
+    oh = ow = output_size
+    out = np.zeros((N, C, oh, ow), np.float32)
+    for i in range(oh):
+        h0, h1 = (i * H) // oh, -((-(i + 1) * H) // oh)
+        for j in range(ow):
+            w0, w1 = (j * W) // ow, -((-(j + 1) * W) // ow)
+            out[:, :, i, j] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return out
+
+
+def ref_resize_nearest(data_tensor, out_shape):
+    b, h, w, c = data_tensor.shape
+    ob, oh, ow, oc = out_shape
+    hi = np.floor(np.arange(oh) * (h / oh)).astype(int)
+    wi = np.floor(np.arange(ow) * (w / ow)).astype(int)
+    return _f32(data_tensor)[:, hi][:, :, wi]
+
+
+def ref_select_and_scatter(operand_tensor, source_tensor):  # window 3x3, stride 2, padding 1
+    x, src = _f32(operand_tensor), _f32(source_tensor)
+    N, C, H, W = x.shape
+    pad = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    out = np.zeros((N, C, H + 2, W + 2), np.float32)
+    for i in range(src.shape[2]):
+        for j in range(src.shape[3]):
+            win = pad[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].reshape(N, C, 9)
+            idx = win.argmax(axis=-1)
+            for n in range(N):
+                for c in range(C):
+                    di, dj = divmod(idx[n, c], 3)
+                    out[n, c, 2 * i + di, 2 * j + dj] += src[n, c, i, j]
+    return out[:, :, 1:-1, 1:-1]
+
+
+def ref_flash_fwd(q, k, v, seed=None, use_causal_mask=True, **_):  # q, k [b, h, d, s]; v [b, h, s, d]
+    q, k, v = _f32(q), _f32(k), _f32(v)
+    d = q.shape[2]
+    s = np.matmul(q.transpose(0, 1, 3, 2), k) / math.sqrt(d)
+    if use_causal_mask:
+        Q, K = s.shape[-2:]
+        s = np.where(np.arange(K)[None, :] <= np.arange(Q)[:, None], s, -np.inf)
+    return np.matmul(_softmax(s, axis=-1), v)
+
+
+def ref_add_nx8(a_ptr, b_ptr, n_elements):
+    return _f32(a_ptr) + _f32(b_ptr)
+
+
+# ----- inputs --------------------------------------------------------------------------------
+
+def _rand(rng, shape, dtype="float32", low=0.0, high=1.0):
+    from axon.targets.trainium.runner import numpy_dtype
+
+    return rng.uniform(low, high, size=shape).astype(np.float32).astype(numpy_dtype(dtype))
+
+
+def _attn_inputs(seqlen):
+    return lambda rng: {n: _rand(rng, (128, seqlen), low=-1.0) for n in ("q", "k", "v")}
+
+
+def _matmul_inputs(M, K, N, dtype="bfloat16"):
+    return lambda rng: {"lhsT": _rand(rng, (K, M), dtype), "rhs": _rand(rng, (K, N), dtype)}
+
+
+def _mamba_inputs(rng, batch=1, channels=256, state=16, seq=512):
+    return {"delta": _rand(rng, (batch, channels, seq), high=0.1), "u": _rand(rng, (batch, channels, seq)),
+            "A": -_rand(rng, (channels, state)), "B": _rand(rng, (batch, state, seq)),
+            "C": _rand(rng, (batch, state, seq))}
+
+
+def _rotary_inputs(rng, b=2, h=32, seq=128, d=128):
+    pos = np.arange(seq, dtype=np.float32)
+    inv = 1.0 / (10000 ** (np.arange(0, d, 2, dtype=np.float32) / d))
+    freqs = np.concatenate([pos[:, None] * inv[None, :]] * 2, axis=-1)
+    cos = np.broadcast_to(np.cos(freqs), (b, seq, d)).astype(np.float32)
+    sin = np.broadcast_to(np.sin(freqs), (b, seq, d)).astype(np.float32)
+    return {"q": _rand(rng, (b, h, seq, d), low=-1.0), "k": _rand(rng, (b, h, seq, d), low=-1.0),
+            "cos": cos, "sin": sin}
+
+
+S = "nki-samples-fc5c69f"
+H = "nki-samples"
+T = "src/nki_samples/tutorials/"
+R = "src/nki_samples/reference/"
+ATTN = [("attn_fwd_v1", 128), ("attn_fwd_v2", 128)] + [(f"attn_fwd_v{i}", 4096) for i in
+                                                       ("3", "4", "5", "6", "7", "8", "8a", "9", "10", "11")]
+MATMULS = [("nki_matmul_basic_", (64, 128, 512)), ("nki_matmul_tiled_", (4096, 1024, 2048)),
+           ("nki_matmul_hoist_load_", (4096, 1024, 2048)), ("nki_matmul_block_free_dimension_", (4096, 1024, 2048)),
+           ("nki_matmul_fully_optimized_", (4096, 1024, 2048))]
+
+
+def tutorial_entries(corpus: str) -> list[Entry]:
+    mamba_measured = {"mamba_v1": 172.93e-3}
+    out = []
+    for name, seqlen in ATTN:
+        out.append(Entry(S, T + "attention_fwd_performance/attention_kernels.py", name, _attn_inputs(seqlen),
+                         reference=ref_attn_tutorial))
+    out += [
+        Entry(S, T + "average_pool2d/average_pool2d_nki_kernels.py", "tensor_avgpool_kernel",
+              lambda rng: {"in_tensor": np.arange(2 * 6 * 6, dtype=np.float32).reshape(2, 6, 6)},
+              args={"pool_size": 2}, reference=ref_avgpool),
+        Entry(S, T + "layernorm/layernorm_nki_kernel.py", "nki_layernorm_kernel_v1",
+              lambda rng: {"input_tensor": _rand(rng, (4096, 8192)), "gamma_vector": _rand(rng, (8192,)),
+                           "beta_vector": _rand(rng, (8192,))}, args={"epsilon": 1e-5}, reference=ref_layernorm),
+        Entry(S, T + "layernorm/layernorm_nki_kernel.py", "nki_layernorm_kernel_v2",
+              lambda rng: {"input_tensor": _rand(rng, (4096, 8192)), "gamma_vector": _rand(rng, (8192,)),
+                           "beta_vector": _rand(rng, (8192,))}, args={"epsilon": 1e-5}, reference=ref_layernorm),
+    ]
+    for name in ("mamba_v1", "mamba_v2", "mamba_v3"):
+        out.append(Entry(S, T + "fused_mamba/mamba_nki_kernels.py", name, _mamba_inputs, reference=ref_mamba,
+                         measured_ms=mamba_measured.get(name)))
+    for name, (M, K, N) in MATMULS:
+        out.append(Entry(S, T + "matrix_multiplication/matrix_multiplication_nki_kernels.py", name,
+                         _matmul_inputs(M, K, N), reference=ref_matmul))
+    out += [
+        Entry(S, T + "rmsnorm/rmsnorm_nki_kernels.py", "nki_rmsnorm_kernel",
+              lambda rng: {"a_tensor": _rand(rng, (250, 512)), "g_tensor": _rand(rng, (512,))},
+              reference=ref_rmsnorm),
+        Entry(S, T + "rotary/rotary_nki_kernels.py", "nki_apply_rotary_embedding", _rotary_inputs,
+              grid=(2, 32), reference=ref_rotary),
+        Entry(S, T + "sd_attention/sd_attention_nki_kernels.py", "fused_self_attn_for_SD_small_head_size",
+              lambda rng: {n: _rand(rng, (4096, 64)) for n in ("q_ref", "k_ref", "v_ref")},
+              reference=ref_sd_attention_tutorial),
+        Entry(S, T + "softmax/softmax_nki_kernels.py", "nki_softmax_kernel",
+              lambda rng: {"a_tensor": np.array([[1., 2., 3., 4., 5.], [5., 4., 3., 2., 1.]], np.float32)},
+              reference=ref_softmax),
+        Entry(S, T + "tensor_addition/spmd_tensor_addition_nki_kernels.py", "nki_tensor_add_kernel_",
+              lambda rng: {"a_input": _rand(rng, (256, 1024), "bfloat16"), "b_input": _rand(rng, (256, 1024), "bfloat16")},
+              grid=(2, 2), reference=ref_add),
+        Entry(S, T + "tensor_addition/tensor_addition_nki_kernels.py", "nki_tensor_add_kernel_",
+              lambda rng: {"a_input": _rand(rng, (256, 1024), "bfloat16"), "b_input": _rand(rng, (256, 1024), "bfloat16")},
+              grid=(2, 2), reference=ref_add),
+        Entry(S, T + "transpose2d/transpose2d_nki_kernels.py", "tensor_transpose2D_kernel_",
+              lambda rng: {"in_tensor": np.arange(5 * 37 * 44).astype(np.int8).reshape(5, 37 * 44)},
+              args={"shape2D": (37, 44)}, reference=ref_transpose2d),
+    ]
+    # nki-samples HEAD: the current-API matmul tutorial (the other tutorials are the same files)
+    for name, (M, K, N) in MATMULS:
+        out.append(Entry(H, T + "matrix_multiplication/matrix_multiplication_nki_kernels.py", name,
+                         _matmul_inputs(M, K, N), reference=ref_matmul))
+    return out
+
+
+def reference_entries() -> list[Entry]:
+    return [
+        Entry(S, R + "attention.py", "fused_self_attn_for_SD_small_head_size",
+              lambda rng: {"q_ref": _rand(rng, (1, 128, 4096)), "k_ref": _rand(rng, (1, 4096, 128)),
+                           "v_ref": _rand(rng, (1, 4096, 128))}, grid=(1,), reference=ref_sd_attention),
+        Entry(S, R + "allocated_attention.py", "allocated_fused_self_attn_for_SD_small_head_size",
+              lambda rng: {"q_ref": _rand(rng, (1, 128, 4096)), "k_ref": _rand(rng, (1, 128, 4096)),
+                           "v_ref": _rand(rng, (1, 4096, 128))}, grid=(1,), reference=ref_sd_attention),
+        Entry(S, R + "allocated_fused_linear.py", "allocated_fused_rms_norm_qkv",
+              lambda rng: {"hidden": _rand(rng, (1, 128, 512), "float16"), "weights": _rand(rng, (512, 512), "float16")},
+              reference=ref_rms_norm_qkv),
+        Entry(S, R + "vision.py", "adaptive_avg_pool2d_kernel",
+              lambda rng: {"in_tensor": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)},
+              args={"output_size": 7}, reference=ref_adaptive_avg_pool2d),
+        Entry(S, R + "vision.py", "resize_nearest_fixed_dma_kernel",
+              lambda rng: {"data_tensor": _rand(rng, (1, 30, 20, 1280), "float16")},
+              args={"out_shape": (1, 59, 38, 1280)}, grid=(1,), reference=ref_resize_nearest),
+        Entry(S, R + "vision.py", "select_and_scatter_kernel",
+              lambda rng: {"operand_tensor": _rand(rng, (8, 64, 112, 112)), "source_tensor": _rand(rng, (8, 64, 56, 56))},
+              reference=ref_select_and_scatter),
+        Entry(S, R + "tutorial.py", "add_kernel_nx8x128x512",
+              lambda rng: {"a_ptr": _rand(rng, (4, 8, 128, 512)), "b_ptr": _rand(rng, (4, 8, 128, 512))},
+              args={"n_elements": 4 * 8 * 128 * 512}, grid=(4,), reference=ref_add_nx8),
+        Entry(S, R + "attention.py", "flash_fwd",
+              lambda rng: {"q": _rand(rng, (1, 1, 128, 4096), low=-1.0), "k": _rand(rng, (1, 1, 128, 4096), low=-1.0),
+                           "v": _rand(rng, (1, 1, 4096, 128), low=-1.0), "seed": None},
+              args={"use_causal_mask": True, "mixed_precision": True}, grid=(1, 1), reference=ref_flash_fwd),
+    ]
+
+
+def library_entries() -> list[Entry]:
+    return []
+
+
+# ----- NKIBench ------------------------------------------------------------------------------
+
+def _measured_nkibench() -> dict[str, float]:
+    path = REPO.parent / "shared" / "fidelity.md"
+    out = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and re.match(r"^[a-z_]+_[A-Z]\d", cells[0]):
+                try:
+                    out[cells[0]] = float(cells[2])
+                except ValueError:
+                    pass
+    return out
+
+
+def nkibench_entries(corpus: Path) -> list[Entry]:
+    root = corpus / "AccelOpt" / "NKIBench"
+    measured = _measured_nkibench()
+    out = []
+    for kfile in sorted((root / "kernels").glob("*_0.py")):
+        name = kfile.stem[:-2]
+        refs = sorted((root / "reference").glob(f"{name}_numpy_*.py"))
+        out.append(Entry("AccelOpt", f"NKIBench/kernels/{kfile.name}", "kernel",
+                         nkibench=str(refs[-1]) if refs else None, measured_ms=measured.get(name)))
+    return out
+
+
+def _load_module(path: str):
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ----- running one kernel --------------------------------------------------------------------
+
+def _tolerance(dtype) -> float:
+    return 2e-3 if np.dtype(dtype).itemsize >= 4 else 3e-2
+
+
+def _compare(got, want) -> tuple[bool, float]:
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    if len(got) != len(want):
+        return False, float("nan")
+    worst = 0.0
+    ok = True
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        w = np.asarray(w, dtype=np.float64)
+        if g.shape != w.shape:
+            if g.size != w.size:
+                return False, float("nan")
+            g = g.reshape(w.shape)
+        tol = _tolerance(g.dtype if g.dtype.kind == "f" else np.float32)
+        g64 = g.astype(np.float64)
+        scale = max(float(np.abs(w).max()), 1e-30) if w.size else 1.0
+        err = np.abs(g64 - w)
+        rel = float(err.max() / scale) if err.size else 0.0
+        if not np.isfinite(rel) or not np.all(err <= tol * np.abs(w) + tol * scale):
+            ok = False
+        worst = max(worst, rel) if np.isfinite(rel) else float("nan")
+    return ok, worst
+
+
+def run_entry(entry: Entry, corpus: str) -> dict:
+    from axon.errors import AxonError
+    from axon.targets.trainium.hardware import get_target
+    from axon.targets.trainium.perfmodel import estimate
+    from axon.targets.trainium.simulator import load_kernel, simulate
+
+    path = os.path.join(corpus, entry.corpus, entry.path)
+    res = {"name": entry.name, "runs": False, "match": None, "latency_ns": None, "error": None}
+    t0 = time.time()
+    try:
+        np.random.seed(0)
+        rng = np.random.default_rng(0)
+        if entry.nkibench:
+            ref_mod = _load_module(entry.nkibench)
+            raw = ref_mod.get_inputs()
+            nki_in = ref_mod.transform_to_nki_inputs(raw)
+            kernel = load_kernel(path, entry.func)
+            inputs = dict(zip(kernel.params, nki_in))
+            reference = lambda: ref_mod.forward(*raw)  # noqa: E731
+            post = lambda out, ref: ref_mod.transform_nki_outputs(out, ref)  # noqa: E731
+        else:
+            kernel = load_kernel(path, entry.func)
+            inputs = dict(entry.inputs(rng))
+            reference = (lambda: entry.reference(**inputs, **entry.args)) if entry.reference else None
+            post = None
+        args = {**inputs, **entry.args}
+        sim = simulate(kernel, args, target=TARGET, grid=entry.grid, time_limit_s=TIME_LIMIT_S)
+        est = estimate(sim.trace, get_target(TARGET))
+        res["runs"], res["latency_ns"] = True, est.latency_ns
+        if reference is not None:
+            with np.errstate(all="ignore"):
+                want = reference()
+            got = sim.outputs
+            if post is not None:
+                got = post(got, want)
+            res["match"], res["rel_err"] = _compare(got, want)
+    except AxonError as err:
+        res["error"] = str(err).replace(corpus.rstrip("/") + "/", "")
+    except Exception as err:  # noqa: BLE001 - a harness failure is reported, not raised
+        res["error"] = f"harness: {type(err).__name__}: {err}"
+    res["seconds"] = time.time() - t0
+    return res
+
+
+def _worker(entry, corpus, q):
+    try:
+        q.put(run_entry(entry, corpus))
+    except BaseException as err:  # noqa: BLE001
+        q.put({"name": entry.name, "runs": False, "match": None, "latency_ns": None,
+               "error": f"harness: {type(err).__name__}: {err}"})
+
+
+def run_all(entries, corpus, jobs, timeout_s):
+    ctx = mp.get_context("fork")
+    pending = list(entries)
+    running = {}
+    results = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            e = pending.pop(0)
+            q = ctx.Queue()
+            p = ctx.Process(target=_worker, args=(e, corpus, q))
+            p.start()
+            running[e.name] = (p, q, time.time(), e)
+        time.sleep(0.2)
+        for name, (p, q, start, e) in list(running.items()):
+            r = None
+            try:
+                r = q.get_nowait()
+            except Exception:  # noqa: BLE001 - queue empty
+                pass
+            if r is not None:
+                results[name] = r
+                p.join()
+                del running[name]
+                print(f"{'ok ' if r['runs'] and r['match'] is not False else 'BAD'} {name}: "
+                      f"{r.get('error') or ''} ({r.get('seconds', 0):.0f} s)", flush=True)
+            elif not p.is_alive() or time.time() - start > timeout_s:
+                p.kill()
+                p.join()
+                results[name] = {"name": name, "runs": False, "match": None, "latency_ns": None,
+                                 "error": f"did not finish within {timeout_s:.0f} s (harness limit)"
+                                 if p.exitcode in (None, -9) else f"process died (exit {p.exitcode})"}
+                del running[name]
+                print(f"BAD {name}: {results[name]['error']}", flush=True)
+    return [results[e.name] for e in entries]
+
+
+def _group(e: Entry) -> str:
+    if e.corpus == "AccelOpt":
+        return "NKIBench (AccelOpt)"
+    if e.corpus == "nki-library":
+        return "nki-library"
+    if "/reference/" in e.path:
+        return "nki-samples reference kernels (fc5c69f)"
+    return "nki-samples tutorials (fc5c69f and HEAD)"
+
+
+def write_report(entries, results, out: Path, command: str):
+    groups: dict[str, list] = {}
+    for e, r in zip(entries, results):
+        groups.setdefault(_group(e), []).append((e, r))
+    lines = ["# Public NKI kernels in Axon's simulator and model", "",
+             f"Made by `{command}` (trn1 model). Each kernel runs unchanged from its own file, given",
+             "only array inputs, scalar arguments and an SPMD grid, at the shapes its own test or reference",
+             "code uses; it matches when every output element is within rtol = atol/max|ref| = 2e-3 (float32)",
+             "or 3e-2 (16-bit outputs) of a NumPy reference. SPMD instances run one after another on one",
+             "NeuronCore and the model schedules their instructions as one stream. Measured latencies are",
+             "from ../shared/fidelity.md (trn1) where it has the same kernel at the same shape; calibration",
+             "against them is a later step.", "", "## Summary", "",
+             "| corpus | kernels | run unchanged | run and match the reference |", "|---|---|---|---|"]
+    tot = [0, 0, 0]
+    for g, rows in groups.items():
+        n = len(rows)
+        runs = sum(1 for _, r in rows if r["runs"])
+        match = sum(1 for _, r in rows if r["runs"] and r["match"] is not False)
+        tot = [tot[0] + n, tot[1] + runs, tot[2] + match]
+        lines.append(f"| {g} | {n} | {runs} | {match} |")
+    lines.append(f"| **all** | {tot[0]} | {tot[1]} ({100 * tot[1] / max(tot[0], 1):.0f}%) | "
+                 f"{tot[2]} ({100 * tot[2] / max(tot[0], 1):.0f}%) |")
+    for g, rows in groups.items():
+        lines += ["", f"## {g}", "", "| kernel | runs | matches reference | model latency | measured |",
+                  "|---|---|---|---|---|"]
+        for e, r in rows:
+            lat = f"{r['latency_ns'] / 1e3:.1f} us" if r["latency_ns"] is not None else "-"
+            meas = f"{e.measured_ms * 1e3:.1f} us" if e.measured_ms else "-"
+            match = "-" if r["match"] is None else ("yes" if r["match"] else f"NO (rel err {r.get('rel_err', float('nan')):.3g})")
+            lines.append(f"| `{e.path.split('/')[-1]}:{e.func}` | {'yes' if r['runs'] else 'no'} | {match} | {lat} | {meas} |")
+    fails = [(e, r) for e, r in zip(entries, results) if not r["runs"] or r["match"] is False]
+    lines += ["", "## Failures (one line each: the kernel line and the feature)", ""]
+    if not fails:
+        lines.append("None.")
+    for e, r in fails:
+        why = r["error"] or f"output differs from the reference (max error {r.get('rel_err', float('nan')):.3g} of max|ref|)"
+        lines.append(f"- `{e.corpus}:{e.path}:{e.func}`: {why.splitlines()[0]}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", required=True, metavar="DIR")
+    ap.add_argument("--only", action="append", default=[], help="run entries whose name contains this")
+    ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    ap.add_argument("--timeout", type=float, default=1200.0, help="per-kernel wall-clock limit (s)")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fidelity.md"))
+    a = ap.parse_args(argv)
+    corpus = Path(a.corpus).resolve()
+    entries = nkibench_entries(corpus) + tutorial_entries(str(corpus)) + reference_entries() + library_entries()
+    entries = [e for e in entries if (corpus / e.corpus / e.path).is_file()]
+    if a.only:
+        entries = [e for e in entries if any(o in e.name for o in a.only)]
+    results = run_all(entries, str(corpus), a.jobs, a.timeout)
+    command = "python benchmarks/fidelity.py --corpus DIR" + "".join(f" --only {o}" for o in a.only)
+    if not a.only:
+        write_report(entries, results, Path(a.out), command)
+        print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
