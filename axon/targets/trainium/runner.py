@@ -5,6 +5,10 @@ stage call: simulate (numpy semantics + instruction trace), estimate (perfmodel)
 outputs with a NumPy reference. Inputs are arrays, `ShapeDtype`s, or `InputSpec`s (shape and dtype
 to fill with seeded random data; in timing-only mode they stay shapes and no data is made).
 
+`run` executes the kernel file (Python code) in a child process with wall-clock, CPU-time and
+memory limits (keywords `timeout_s`, `memory_mb`, `cpu_s`; `sandbox=False` runs in-process): a kernel
+that hangs, exhausts memory or exits the interpreter is one KernelError and the caller goes on.
+
 Invariant: the same kernel, inputs, target and seed give the same report.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from axon.frontend.loading import load_from_file
 from axon.errors import InputError, KernelError
 from axon.targets.trainium.hardware import get_target
 from axon.targets.trainium.perfmodel import Estimate, estimate, write_perfetto
+from axon.targets.trainium.simulator.sandbox import kernel_label, sandboxed
 
 _DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int8", "uint8",
            "int16", "uint16", "uint32", "tfloat32")
@@ -259,6 +264,7 @@ def _load(kernel) -> Any:
     return load_kernel(path, func or None)
 
 
+@sandboxed(kernel_label)  # a child process: keywords timeout_s, memory_mb, cpu_s (simulator/sandbox.py)
 def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool = False,
         reference: str | Callable | None = None, *, seed: int = 0, trace_path: str | Path | None = None,
         npz: str | Path | None = None, args: dict[str, Any] | None = None,

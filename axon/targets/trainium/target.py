@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from axon.targets.trainium.hardware import HardwareDescription, get_target
+from axon.targets.trainium.simulator.sandbox import sandboxed, source_label
 from axon.tiling.space import Limits
 
 
@@ -71,6 +72,7 @@ class TrainiumTarget:
 
         return all(s.instruction in EMITTABLE for s in lowering.steps)
 
+    @sandboxed(lambda self, source, *a, **k: source_label(source))  # timeout_s, memory_mb: sandbox.py
     def run(self, source: str, inputs: dict, timing_only: bool, keep_schedule: bool = False) -> Measured:
         from axon.targets.trainium.perfmodel import estimate
         from axon.targets.trainium.simulator import ShapeDtype, simulate_source

@@ -8,7 +8,8 @@
 
 Invariants: a simulation's state lives in its `SimContext` only; every kernel problem surfaces
 as one `KernelError` whose message starts with `path:line:`; runaway kernels stop at an
-instruction cap or a wall-clock limit.
+instruction cap; `sandbox.call` adds wall-clock, CPU-time and memory limits in a child process
+(what `runner.run` and the target's `run` use); `simulate` itself runs in the calling process.
 """
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ class SimResult:
     arguments: dict = field(default_factory=dict)  # every HBM argument after the run, by name
     sbuf_peak_bytes: int = 0  # peak live SBUF bytes per partition
     psum_peak_bytes: int = 0  # peak live PSUM bytes per partition
+
+
+# False inside the sandbox's child, whose SIGALRM replaces the watchdog thread (a thread costs ~10 ms
+# to start in a freshly forked process)
+_watchdog = True
 
 
 class _Timeout(BaseException):
@@ -143,6 +149,8 @@ def _kernel_error(exc: BaseException, path: str) -> KernelError:
         return KernelError(f"{where}: {exc.args[0]}")
     if isinstance(exc, RecursionError):
         return KernelError(f"{where}: recursion too deep")
+    if isinstance(exc, SystemExit):
+        return KernelError(f"{where}: the kernel exits the interpreter (SystemExit({exc.code!r}))")
     detail = str(exc)
     kind = type(exc).__name__
     return KernelError(f"{where}: {kind}{': ' + detail if detail else ''}")
@@ -161,7 +169,7 @@ def _run_guarded(ctx, thunk, time_limit_s: float):
                 state["fired"] = True
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(_Timeout))
 
-    timer = threading.Timer(time_limit_s, fire) if time_limit_s else None
+    timer = threading.Timer(time_limit_s, fire) if time_limit_s and _watchdog else None
     if timer:
         timer.daemon = True
         timer.start()
@@ -171,10 +179,11 @@ def _run_guarded(ctx, thunk, time_limit_s: float):
     except InputError:
         raise
     except _Timeout as e:
-        e.args = (f"kernel did not finish within the {time_limit_s:g} s wall-clock limit "
-                  f"(infinite loop?)",)
+        if not e.args:  # from the watchdog thread (the sandbox's alarm names its own limit)
+            e.args = (f"kernel did not finish within the {time_limit_s:g} s wall-clock limit "
+                      f"(infinite loop?)",)
         raise _kernel_error(e, ctx.kernel_path) from None
-    except Exception as e:  # noqa: BLE001 - every kernel failure becomes one error
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - every kernel failure becomes one error
         raise _kernel_error(e, ctx.kernel_path) from None
     finally:
         with lock:
@@ -228,7 +237,7 @@ def _to_output(value, where=""):
 
 def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "trn2",
              timing_only: bool = False, max_instructions: int = 5_000_000,
-             time_limit_s: float = 120.0, grid: tuple | None = None) -> SimResult:
+             time_limit_s: float | None = None, grid: tuple | None = None) -> SimResult:
     """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value).
     `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
     each runs in turn with its own `nl.program_id`, all sharing the HBM tensors they allocate

@@ -84,6 +84,24 @@ class SimContext:
             return -(-pp // bank) * bank
         return pp
 
+    def check_fits(self, memory, pp_bytes: int, live: bool) -> None:
+        """Raise `charge`'s capacity error for a buffer of `pp_bytes` per partition before it is
+        allocated: with what is live when `live` (it is charged at once), else on its own (a fresh
+        result is charged later, and may be dropped first)."""
+        mem = self.hw.memory
+        if memory is Memory.SBUF:
+            used = pp_bytes + (self.sbuf_used if live else 0)
+            if used > mem.sbuf_bytes_per_partition:
+                raise KernelError(f"SBUF capacity exceeded: live tiles need {used} bytes per "
+                                  f"partition, {self.hw.name} has {mem.sbuf_bytes_per_partition}")
+        elif memory is Memory.PSUM:
+            bank = mem.psum_bank_bytes
+            used = -(-pp_bytes // bank) * bank + (self.psum_used if live else 0)
+            if used > mem.psum_bytes_per_partition:
+                raise KernelError(f"PSUM capacity exceeded: live tiles need {used} bytes per "
+                                  f"partition ({used // bank} banks of {bank} B), {self.hw.name} has "
+                                  f"{mem.psum_bytes_per_partition} ({mem.psum_banks} banks)")
+
     def charge(self, buf, check=True):
         buf.charge = self._cost(buf)
         buf.charged = True

@@ -321,6 +321,8 @@ def alloc(ctx, shape, dtype, memory: Memory, name="", pdim=None, charge=True) ->
         if shape[pdim] > pmax:
             raise KernelError(f"partition dimension {shape[pdim]} exceeds {pmax} "
                               f"(tile shape {shape}, {memory.value})")
+        # capacity before the NumPy allocation: a tile that cannot fit is never allocated or filled
+        ctx.check_fits(memory, math.prod(shape) // shape[pdim] * dtype.itemsize, charge)
     buf = Buffer(ctx, memory, shape, dtype, pdim, name)
     if memory is not Memory.HBM and charge:
         ctx.charge(buf)
