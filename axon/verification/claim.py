@@ -103,7 +103,9 @@ def narrowing(small: Sequence[dict], failing: Sequence[dict]) -> Optional[list[S
         return all(b[d] >= n for d, n in bounds.items())
 
     while left:
-        options = [(d, n) for d in sorted(left[0]) for n in range(2, 2 + max(f[d] for f in left))]
+        # each option raises one dimension's bound past at least one failing binding, so the loop ends
+        options = [(d, n) for d in sorted(left[0])
+                   for n in range(max(2, bounds.get(d, 1) + 1), 2 + max(f[d] for f in left))]
         if not options:  # a binding with no dimensions fails: no lower bound leaves it out
             return None
         d, n = min(options, key=lambda o: (sum(kept(p) and p[o[0]] < o[1] for p in passing),

@@ -31,7 +31,7 @@ SCREEN_ULPS = 64      # float64 flags |a - b| > SCREEN_ULPS * eps * (|a| + |b|) 
 CONFIRM_PER_OUTPUT = 16  # flagged elements rechecked in high precision per output and binding
 MAX_ELEMENTS = 4096   # per input tensor: keeps one trial to milliseconds
 GRID = (1, 2, 3, 4)   # the sizes `domain_failures` tries along each dimension (1, 2, 3 past 2 dims)
-ZERO = 1e-9           # |divisor| below this on standard-normal inputs, twice at one element: zero
+ZERO = 1e-9           # |divisor| below this at one element on every draw of DRAWS: zero for every input
 DIVISOR_OPERANDS = {Op.DIV: 1, Op.RECIPROCAL: 0, Op.RSQRT: 0, Op.LOG: 0}  # operand that must be != 0
 
 
@@ -148,10 +148,18 @@ def divisor_nodes(nodes: Iterable[Node]) -> list[Node]:
     return [n.inputs[DIVISOR_OPERANDS[n.op]] for n in nodes if n.op in DIVISOR_OPERANDS]
 
 
-def _zero_somewhere(graph: Graph, divisors: Sequence[Node], inputs, binding, rng) -> Optional[list[np.ndarray]]:
-    """Per divisor, where it is zero on one random draw, confirmed in high precision (float64
+# Inputs a divisor is tried on: a vanishing divisor must vanish on all of them. Two standard-normal
+# draws, then all-positive and all-negative ones, so a divisor that is zero only on part of the
+# input space (relu(y).sum() where a row is <= 0) is not mistaken for one that is zero everywhere.
+DRAWS = (lambda rng, shape: rng.standard_normal(shape), lambda rng, shape: rng.standard_normal(shape),
+         lambda rng, shape: np.abs(rng.standard_normal(shape)) + 0.5,
+         lambda rng, shape: -np.abs(rng.standard_normal(shape)) - 0.5)
+
+
+def _zero_somewhere(graph: Graph, divisors: Sequence[Node], inputs, binding, rng, draw) -> Optional[list[np.ndarray]]:
+    """Per divisor, where it is zero on one draw of inputs, confirmed in high precision (float64
     underflows exp(-800) to zero; the reals do not)."""
-    arrays = random_inputs(inputs, binding, rng)
+    arrays = {n.params.name: draw(rng, bind_shape(n.shape, binding)) for n in inputs}
     env = evaluate_nodes(graph, arrays, binding)
     masks = []
     for k, d in enumerate(divisors):
@@ -164,7 +172,7 @@ def _zero_somewhere(graph: Graph, divisors: Sequence[Node], inputs, binding, rng
 
 def domain_failures(a: Graph, b: Graph, constraints, seed: int) -> tuple[list[dict], list[dict]]:
     """(grid, failing): the smallest valid bindings, and those where some divisor of either
-    program is zero at one element for every input tried (two standard-normal draws)."""
+    program is zero at one element for every input tried (each of DRAWS)."""
     nodes = toposort(a.outputs + b.outputs)
     divisors = list(dict.fromkeys(divisor_nodes(nodes)))
     if not divisors:
@@ -175,8 +183,12 @@ def domain_failures(a: Graph, b: Graph, constraints, seed: int) -> tuple[list[di
     small = grid(node_dims(nodes), nodes, constraints)
     failing = []
     for binding in small:
-        first = _zero_somewhere(graph, divisors, inputs, binding, rng)
-        second = first and _zero_somewhere(graph, divisors, inputs, binding, rng)
-        if second and any((m1 & m2).any() for m1, m2 in zip(first, second)):
+        zero = None
+        for draw in DRAWS:
+            masks = _zero_somewhere(graph, divisors, inputs, binding, rng, draw)
+            zero = masks if zero is None or masks is None else [z & m for z, m in zip(zero, masks)]
+            if zero is None or not any(z.any() for z in zero):
+                break
+        else:
             failing.append(binding)
     return small, failing

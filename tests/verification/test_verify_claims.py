@@ -310,3 +310,28 @@ def test_a_narrowed_claim_is_no_rewrite():
     """Rewrites apply at every size the program takes: propagation and synthesis use check_nodes."""
     v = Verifier().check_nodes(cancelled_in_sum.graph.outputs[0], plain_sum.graph.outputs[0])
     assert v.status is Status.UNKNOWN and "not proved at every size" in v.reason
+
+
+def test_a_divisor_zero_on_part_of_the_inputs_does_not_narrow_by_chance():
+    """relu(y).mean() is zero only where a row is <= 0: no size makes it zero for every input."""
+    @axon.program(y=(2, "n"))
+    def relu_mean(y):
+        return axon.relu(y).mean(axis=1)
+
+    @axon.program(y=(2, "n"))
+    def relu_mean_cancelled(y):
+        t = axon.relu(y).mean(axis=1)
+        return t * (t / t)
+
+    v = verdict(relu_mean, relu_mean_cancelled)
+    assert not (v.proved and v.claim.narrowed)
+
+
+def test_narrowing_ends_when_a_bound_does_not_help():
+    from axon.verification.claim import narrowing
+
+    small = [{"k": k, "n": n} for k in (1, 2, 3) for n in (1, 2, 3)]
+    failing = [b for b in small if b["n"] == 3 or b["k"] == 1]
+    facts = narrowing(small, failing)
+    kept = [b for b in small if all(f.holds(b) for f in facts or [])]
+    assert facts is None or not any(b in failing for b in kept)
