@@ -151,11 +151,21 @@ def scalar_tensor_tensor(ctx, dst, data, op0, operand0, op1, operand1, reverse0=
 
 
 def tensor_copy(ctx, dst, src, engine=None, mask=None, dtype=None, name=None, _opcode="tensor_copy", **_):
-    return _unary(ctx, _opcode, engine_of(engine, Engine.VECTOR), dst, src, "src", mask, dtype, lambda v: v)
+    # Engine left to the compiler: copies out of PSUM (accumulator evacuation) go to ScalarE, as the
+    # Neuron compiler places them (shared/fidelity.md: the profiles show them on ScalarE); others
+    # stay on VectorE.
+    buf = getattr(src, "buf", None)
+    default = Engine.SCALAR if (buf is not None and buf.memory is PSUM) else Engine.VECTOR
+    return _unary(ctx, _opcode, engine_of(engine, default), dst, src, "src", mask, dtype, lambda v: v)
 
 
-def reciprocal(ctx, dst, data, mask=None, dtype=None, name=None, **_):
-    return _unary(ctx, "reciprocal", Engine.VECTOR, dst, data, "data", mask, dtype, lambda v: F32(1.0) / v)
+def reciprocal(ctx, dst, data, mask=None, dtype=None, name=None, engine=None, **_):
+    # Scalar Engine: max(MIN_II, N); Vector Engine: max(MIN_II, 8N), "suggested" only below 64
+    # elements per partition [isa reciprocal]. Left to the compiler, it takes ScalarE from 64 up.
+    shape = getattr(data, "shape", None)
+    default = Engine.SCALAR if (shape is not None and free_size(shape) >= 64) else Engine.VECTOR
+    return _unary(ctx, "reciprocal", engine_of(engine, default), dst, data, "data", mask, dtype,
+                  lambda v: F32(1.0) / v)
 
 
 def _unary(ctx, opc, engine, dst, src, slot, mask, dtype, fn):

@@ -243,7 +243,9 @@ def broadcast_to(ctx, x, shape, **_):
     if x.shape[0] not in (1, shape[0]):
         raise KernelError(f"cannot broadcast a tile of shape {x.shape} to {shape}")
     operands.check_init(x, "tensor_copy", "src")
-    ins = ctx.emit("tensor_copy", Engine.GPSIMD if x.shape[0] == 1 else Engine.VECTOR,
+    # A partition broadcast of one row runs on ScalarE where the compiler places it (the NKIBench
+    # Mamba profile: ScalarE time for it, GpSimd idle; shared/fidelity.md); a free-axis one on VectorE.
+    ins = ctx.emit("tensor_copy", Engine.SCALAR if x.shape[0] == 1 else Engine.VECTOR,
                    shape[0], operands.free_size(shape), x.dtype, (x.region(),), (out.region(),),
                    {"broadcast": True, **operands.src_extra(x)})
     # the source's free elements laid out as the target's ([1, F, 1] -> [1, F]), or one per partition
