@@ -35,6 +35,14 @@ ZERO = 1e-9           # |divisor| below this at one element on every draw of DRA
 DIVISOR_OPERANDS = {Op.DIV: 1, Op.RECIPROCAL: 0, Op.RSQRT: 0, Op.LOG: 0}  # operand that must be != 0
 
 
+# Inputs a divisor is tried on: a vanishing divisor must vanish on all of them. Two standard-normal
+# draws, then all-positive and all-negative ones, so a divisor that is zero only on part of the
+# input space (relu(y).sum() where a row is <= 0) is not mistaken for one that is zero everywhere.
+DRAWS = (lambda rng, shape: rng.standard_normal(shape), lambda rng, shape: rng.standard_normal(shape),
+         lambda rng, shape: np.abs(rng.standard_normal(shape)) + 0.5,
+         lambda rng, shape: -np.abs(rng.standard_normal(shape)) - 0.5)
+
+
 def node_dims(nodes: Iterable[Node]) -> list[str]:
     """Dimension names used by any shape or symbolic constant among `nodes`, in first-seen order."""
     names: list[str] = []
@@ -116,8 +124,11 @@ def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[d
     constraints = a.constraints | b.constraints | frozenset(narrowed)
     trial_bindings = list(only) if only is not None else bindings(node_dims(nodes), nodes, constraints, trials, rng)
     trial_bindings += [x for x in extra if x not in trial_bindings]
-    for binding in trial_bindings:
-        arrays = random_inputs(list(inputs.values()), binding, rng)
+    # where the programs divide, all-positive and all-negative inputs too: a divisor made of relu or
+    # max can vanish on a whole region of inputs that standard-normal draws rarely reach
+    draws = DRAWS[1:] if divisor_nodes(nodes) else DRAWS[1:2]
+    for binding, draw in itertools.product(trial_bindings, draws):
+        arrays = {n.params.name: draw(rng, bind_shape(n.shape, binding)) for n in inputs.values()}
         outs_a = evaluate(Graph(tuple(inputs.values()), a.outputs, a.constraints), arrays, binding)
         outs_b = evaluate(Graph(tuple(inputs.values()), b.outputs, b.constraints), arrays, binding)
         for k, (out_a, out_b) in enumerate(zip(outs_a, outs_b)):
@@ -146,14 +157,6 @@ def grid(dims: Sequence[str], nodes: Sequence[Node], constraints) -> list[dict[s
 def divisor_nodes(nodes: Iterable[Node]) -> list[Node]:
     """The operands the programs divide by (or take the log of): each must be non-zero."""
     return [n.inputs[DIVISOR_OPERANDS[n.op]] for n in nodes if n.op in DIVISOR_OPERANDS]
-
-
-# Inputs a divisor is tried on: a vanishing divisor must vanish on all of them. Two standard-normal
-# draws, then all-positive and all-negative ones, so a divisor that is zero only on part of the
-# input space (relu(y).sum() where a row is <= 0) is not mistaken for one that is zero everywhere.
-DRAWS = (lambda rng, shape: rng.standard_normal(shape), lambda rng, shape: rng.standard_normal(shape),
-         lambda rng, shape: np.abs(rng.standard_normal(shape)) + 0.5,
-         lambda rng, shape: -np.abs(rng.standard_normal(shape)) - 0.5)
 
 
 def _zero_somewhere(graph: Graph, divisors: Sequence[Node], inputs, binding, rng, draw) -> Optional[list[np.ndarray]]:
