@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from axon.verification import Verifier  # noqa: E402
 
 PROGRESS_EVERY = 100
-EXAMPLE_LIMIT_S = 60  # one verifier call running longer is reported as a crash (a hang)
+EXAMPLE_LIMIT_S = 20  # one verifier call running longer is reported as a crash (a hang); z3 itself stops at 2 s a query
 
 
 class StopFuzz(Exception):
@@ -46,7 +47,7 @@ class StopFuzz(Exception):
 
 def summary(outcome) -> dict:
     """What the parent keeps of one distinct pair (small, picklable)."""
-    keep = bool(outcome.severe or outcome.false_refutation or outcome.status == "crash")
+    keep = bool(outcome.severe or outcome.false_refutation or outcome.status in ("crash", "timeout"))
     return {"key": outcome.pair.key, "kind": outcome.pair.kind, "rules": outcome.pair.rules,
             "status": outcome.status, "reason": outcome.reason if keep or outcome.status != "proved" else "",
             "severe": outcome.severe, "false_refutation": outcome.false_refutation,
@@ -62,6 +63,7 @@ def worker(index: int, examples: int, base_seed: int, deadline: float, queue) ->
     seen: set[str] = set()
     generated = [0]
     outcomes: list[dict] = []
+    fuzzer_errors = fuzzgen.GENERATOR_ERRORS
 
     @seed(base_seed * 1000 + index)
     @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
@@ -73,10 +75,13 @@ def worker(index: int, examples: int, base_seed: int, deadline: float, queue) ->
         generated[0] += 1
         if pair.key not in seen:
             seen.add(pair.key)
-            faulthandler.dump_traceback_later(EXAMPLE_LIMIT_S * 2)  # a hang outside the verifier shows where
-            out = fuzzgen.run_pair(pair, verifier, seed=base_seed, limit_s=EXAMPLE_LIMIT_S)
+            faulthandler.dump_traceback_later(EXAMPLE_LIMIT_S * 3)  # a hang outside the verifier shows where
+            try:
+                out = fuzzgen.run_pair(pair, verifier, seed=base_seed, limit_s=EXAMPLE_LIMIT_S)
+                outcomes.append(summary(out))
+            except Exception as err:  # a bug of the fuzzer's own oracle: reported, the run goes on
+                fuzzer_errors.append(f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=-6)}\n{pair!r}")
             faulthandler.cancel_dump_traceback_later()
-            outcomes.append(summary(out))
         if generated[0] % PROGRESS_EVERY == 0:
             queue.put(("progress", index, generated[0], outcomes[:]))
             outcomes.clear()
@@ -87,19 +92,21 @@ def worker(index: int, examples: int, base_seed: int, deadline: float, queue) ->
         pass
     except BaseException as err:  # noqa: BLE001 - Hypothesis wraps StopFuzz in a group sometimes
         if "StopFuzz" not in repr(err):
-            queue.put(("error", index, f"{type(err).__name__}: {err}"))
+            queue.put(("error", index, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=-8)}"))
+    for text in fuzzer_errors:
+        queue.put(("error", index, "fuzzer: " + text))
     queue.put(("done", index, generated[0], outcomes))
 
 
 def signature(row: dict) -> str:
     """One distinct cause: the rules, and the verdict or evidence with numbers and names removed."""
-    text = row["severe"] or row["false_refutation"] or row["reason"].splitlines()[0]
+    text = row["severe"] or row["false_refutation"] or (row["reason"].splitlines() or [""])[0]
     text = re.sub(r"np\.float64\(([^)]*)\)", r"\1", text)
     text = re.sub(r"[-+]?\d+(\.\d+)?(e[-+]?\d+)?", "#", text)
     text = re.sub(r"\b[mnkh]\b|rows|cols|depth|half", "D", text)
-    if row["status"] == "crash":
+    if row["status"] in ("crash", "timeout"):
         lines = [ln for ln in row["reason"].splitlines() if ln.strip().startswith("File ")]
-        return "crash: " + row["reason"].splitlines()[0] + (" @ " + lines[-1].strip() if lines else "")
+        return row["status"] + ": " + (row["reason"].splitlines() or [""])[0] + (" @ " + lines[-1].strip() if lines else "")
     return f"{row['status']} [{row['kind']}: {', '.join(r for r in row['rules'] if r != 'rename-dims')}] {text}"
 
 
@@ -129,7 +136,7 @@ def main(argv=None) -> int:
         msg = queue.get()
         if msg[0] == "error":
             errors.append(msg[2])
-            print(f"worker {msg[1]}: {msg[2]}", file=sys.stderr)
+            print(f"worker {msg[1]}: {msg[2].splitlines()[0]}", file=sys.stderr)
             continue
         kind, index, count, batch = msg
         generated[index] = count
@@ -161,11 +168,11 @@ def main(argv=None) -> int:
 def report(rows: dict, generated: int, args, elapsed: float, command: str, errors) -> str:
     rows_l = list(rows.values())
     kinds = fuzzgen.KINDS
-    statuses = ("proved", "refuted", "unknown", "crash", "invalid")
+    statuses = ("proved", "refuted", "unknown", "timeout", "crash", "invalid")
     table = collections.Counter((r["kind"], r["status"]) for r in rows_l)
     severe = [r for r in rows_l if r["severe"]]
     false_ref = [r for r in rows_l if r["false_refutation"]]
-    crashes = [r for r in rows_l if r["status"] == "crash"]
+    crashes = [r for r in rows_l if r["status"] in ("crash", "timeout")]
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
@@ -192,8 +199,8 @@ def report(rows: dict, generated: int, args, elapsed: float, command: str, error
         "",
         f"**{generated} examples generated, {len(rows_l)} distinct pairs; {len(severe)} proved-but-false.**",
         "",
-        "| kind | distinct | proved | refuted | unknown | crash | invalid | proved fraction |",
-        "|---|---|---|---|---|---|---|---|",
+        "| kind | distinct | proved | refuted | unknown | timeout | crash | invalid | proved fraction |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for kind in kinds:
         n = sum(table[(kind, s)] for s in statuses)
@@ -243,7 +250,7 @@ def report(rows: dict, generated: int, args, elapsed: float, command: str, error
         for sig, group in sorted(groups.items(), key=lambda t: -len(t[1])):
             r = min(group, key=lambda r: len(r["sources"][0]) + len(r["sources"][1]))
             out += [f"### {len(group)} x {sig[:160]}", "", f"rules: {', '.join(r['rules'])}; verdict: {r['status']}: "
-                    f"{r['reason'].splitlines()[0]}", ""]
+                    f"{(r['reason'].splitlines() or [''])[0]}", ""]
             if r[what]:
                 out += [f"{what.replace('_', ' ')}: {r[what]}", ""]
             out += ["```python", r["sources"][0].rstrip(), "", r["sources"][1].rstrip(), "```"]
@@ -260,13 +267,16 @@ def report(rows: dict, generated: int, args, elapsed: float, command: str, error
         groups[signature(r)].append(r)
     for sig, group in sorted(groups.items(), key=lambda t: -len(t[1]))[:40]:
         r = group[0]
-        reason = r["reason"].splitlines()[0].replace("|", "\\|")[:220]
+        reason = (r["reason"].splitlines() or [""])[0].replace("|", "/")[:220]
         lines.append(f"| {len(group)} | {r['status']} | {', '.join(r['rules'])} | {reason} |")
     lines += section("Proved but false", severe, "severe")
     lines += section("Sound pairs refuted with a counterexample NumPy does not show", false_ref, "false_refutation")
-    lines += section("Verifier crashes (an exception instead of a verdict)", crashes, "severe")
+    lines += section(f"Verifier crashes (an exception instead of a verdict) and timeouts (one check over "
+                     f"{EXAMPLE_LIMIT_S} s)", crashes, "severe")
     if errors:
-        lines += ["", "## Worker errors", ""] + [f"- {e}" for e in errors]
+        lines += ["", f"## Errors of the fuzzer itself (generator or oracle bugs, not verdicts): {len(errors)}", ""]
+        for e in errors[:10]:
+            lines += ["```", e.rstrip()[-2500:], "```"]
     return "\n".join(lines) + "\n"
 
 

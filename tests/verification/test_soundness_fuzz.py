@@ -39,7 +39,7 @@ fuzzgen = _fuzzgen()
 
 EXAMPLES = 500          # ~40 s here (the verifier forks one z3 child per query)
 MIN_SOUND_PROVED = 0.75  # measured: 87-96% of distinct sound pairs prove (benchmarks/results/soundness_fuzz.md)
-LIMIT_S = 60            # a verifier call running longer is a failure (a hang), not a slow pass
+LIMIT_S = 15            # a verifier call running longer is stopped and counted as "timeout" (not a proof)
 
 
 def test_fuzzed_rewrites_are_never_proved_false_and_sound_ones_prove():
