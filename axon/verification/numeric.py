@@ -97,7 +97,7 @@ def flagged(a: np.ndarray, b: np.ndarray) -> list[tuple[int, ...]]:
     """Indices where float64 cannot vouch that two same-shaped outputs agree, most suspicious first."""
     with np.errstate(invalid="ignore", over="ignore"):
         gap = np.abs(a - b)
-        same = (gap <= SCREEN_ULPS * np.finfo(np.float64).eps * (np.abs(a) + np.abs(b))) | (a == b)
+        same = (np.isfinite(gap) & (gap <= SCREEN_ULPS * np.finfo(np.float64).eps * (np.abs(a) + np.abs(b)))) | (a == b)
         same |= np.isnan(a) & np.isnan(b)
         order = np.argsort(-np.where(np.isfinite(gap), gap / (np.abs(a) + np.abs(b) + 1e-300), np.inf), axis=None)
     bad = ~same.ravel()

@@ -335,3 +335,17 @@ def test_narrowing_ends_when_a_bound_does_not_help():
     facts = narrowing(small, failing)
     kept = [b for b in small if all(f.holds(b) for f in facts or [])]
     assert facts is None or not any(b in failing for b in kept)
+
+
+def test_a_number_against_an_infinity_is_flagged():
+    """relu(x*x / relu(x)) is inf where x < 0 and relu(x) is 0 there: a NumPy counterexample."""
+    @axon.program(x=(2, "n"))
+    def relu_x(x):
+        return axon.relu(x)
+
+    @axon.program(x=(2, "n"))
+    def through_inf(x):
+        return axon.relu(x * x / axon.relu(x))
+
+    v = verdict(relu_x, through_inf)
+    assert v.status is Status.REFUTED and np.isinf(v.counterexample["b"])
