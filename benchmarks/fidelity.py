@@ -54,6 +54,7 @@ class Entry:
     reference: Callable | None = None  # reference(**inputs, **args) -> output(s)
     nkibench: str | None = None  # NKIBench reference module name
     measured_ms: float | None = None
+    measured_spill_mb: float | None = None  # the profile's "spill reload MB" (shared/fidelity.md)
     note: str = ""
 
     @property
@@ -334,15 +335,16 @@ def library_entries() -> list[Entry]:
 
 # ----- NKIBench ------------------------------------------------------------------------------
 
-def _measured_nkibench() -> dict[str, float]:
+def _measured_nkibench(column: int = 2) -> dict[str, float]:
+    """A column of shared/fidelity.md's NKIBench table: 2 latency ms, 5 spill reload MB."""
     path = REPO.parent / "shared" / "fidelity.md"
     out = {}
     if path.is_file():
         for line in path.read_text().splitlines():
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) >= 3 and re.match(r"^[a-z_]+_[A-Z]\d", cells[0]):
+            if len(cells) > column and re.match(r"^[a-z_]+_[A-Z]\d", cells[0]):
                 try:
-                    out[cells[0]] = float(cells[2])
+                    out[cells[0]] = float(cells[column])
                 except ValueError:
                     pass
     return out
@@ -351,12 +353,14 @@ def _measured_nkibench() -> dict[str, float]:
 def nkibench_entries(corpus: Path) -> list[Entry]:
     root = corpus / "AccelOpt" / "NKIBench"
     measured = _measured_nkibench()
+    spill = _measured_nkibench(5)
     out = []
     for kfile in sorted((root / "kernels").glob("*_0.py")):
         name = kfile.stem[:-2]
         refs = sorted((root / "reference").glob(f"{name}_numpy_*.py"))
         out.append(Entry("AccelOpt", f"NKIBench/kernels/{kfile.name}", "kernel",
-                         nkibench=str(refs[-1]) if refs else None, measured_ms=measured.get(name)))
+                         nkibench=str(refs[-1]) if refs else None, measured_ms=measured.get(name),
+                         measured_spill_mb=spill.get(name)))
     return out
 
 
@@ -427,6 +431,7 @@ def run_entry(entry: Entry, corpus: str) -> dict:
         sim = simulate(kernel, args, target=TARGET, grid=entry.grid, time_limit_s=TIME_LIMIT_S)
         est = estimate(sim.trace, get_target(TARGET))
         res["runs"], res["latency_ns"] = True, est.latency_ns
+        res["spill_bytes"], res["reload_bytes"] = sim.spill_bytes, sim.reload_bytes
         if reference is not None:
             with np.errstate(all="ignore"):
                 want = reference()
@@ -507,7 +512,11 @@ def write_report(entries, results, out: Path, command: str):
              "or 3e-2 (16-bit outputs) of a NumPy reference. SPMD instances run one after another on one",
              "NeuronCore and the model schedules their instructions as one stream. Measured latencies are",
              "from ../shared/fidelity.md (trn1) where it has the same kernel at the same shape; calibration",
-             "against them is a later step.", "", "## Summary", "",
+             "against them is a later step. On-chip memory is allocated by liveness (per block of a",
+             "multi-block tensor, from first to last use); where the live set still exceeds SBUF/PSUM the",
+             "kernel spills to HBM as the compiler would (axon/targets/trainium/simulator/liveness.py):",
+             "\"spill / reload MB\" is that traffic, timed as DMAs in the model latency; \"measured reload\"",
+             "is the profile's spill reload MB (reported, not fitted).", "", "## Summary", "",
              "| corpus | kernels | run unchanged | run and match the reference |", "|---|---|---|---|"]
     tot = [0, 0, 0]
     for g, rows in groups.items():
@@ -519,13 +528,17 @@ def write_report(entries, results, out: Path, command: str):
     lines.append(f"| **all** | {tot[0]} | {tot[1]} ({100 * tot[1] / max(tot[0], 1):.0f}%) | "
                  f"{tot[2]} ({100 * tot[2] / max(tot[0], 1):.0f}%) |")
     for g, rows in groups.items():
-        lines += ["", f"## {g}", "", "| kernel | runs | matches reference | model latency | measured |",
-                  "|---|---|---|---|---|"]
+        lines += ["", f"## {g}", "", "| kernel | runs | matches reference | model latency | measured | "
+                  "model spill / reload MB | measured reload MB |", "|---|---|---|---|---|---|---|"]
         for e, r in rows:
             lat = f"{r['latency_ns'] / 1e3:.1f} us" if r["latency_ns"] is not None else "-"
             meas = f"{e.measured_ms * 1e3:.1f} us" if e.measured_ms else "-"
             match = "-" if r["match"] is None else ("yes" if r["match"] else f"NO (rel err {r.get('rel_err', float('nan')):.3g})")
-            lines.append(f"| `{e.path.split('/')[-1]}:{e.func}` | {'yes' if r['runs'] else 'no'} | {match} | {lat} | {meas} |")
+            spill = (f"{r['spill_bytes'] / 1e6:.1f} / {r['reload_bytes'] / 1e6:.1f}"
+                     if r.get("spill_bytes") is not None else "-")
+            mspill = f"{e.measured_spill_mb:.1f}" if e.measured_spill_mb is not None else "-"
+            lines.append(f"| `{e.path.split('/')[-1]}:{e.func}` | {'yes' if r['runs'] else 'no'} | {match} | {lat} | "
+                         f"{meas} | {spill} | {mspill} |")
     fails = [(e, r) for e, r in zip(entries, results) if not r["runs"] or r["match"] is False]
     lines += ["", "## Failures (one line each: the kernel line and the feature)", ""]
     if not fails:

@@ -27,6 +27,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--grid", metavar="AxB", help="SPMD launch grid, e.g. 2x4: every instance runs")
     parser.add_argument("--reference", metavar="FILE.py:FUNC",
                         help="NumPy function taking the same named arrays; the output is checked against it")
+    parser.add_argument("--strict-capacity", action="store_true",
+                        help="fail when the live SBUF/PSUM tiles exceed the target instead of spilling them to "
+                             "HBM (the rule for Axon's own kernels; by default a kernel spills as the compiler would)")
     parser.add_argument("--timing-only", action="store_true",
                         help="skip the numerics (no data, no reference check): trace and timing only")
     parser.add_argument("--trace", metavar="OUT.json", help="write the engine timeline (Chrome/Perfetto JSON)")
@@ -77,7 +80,8 @@ def run(args) -> int:
     # the kernel runs in a child process under --timeout and --memory (simulator/sandbox.py)
     report = run_kernel(args.kernel, given, target=args.target, timing_only=args.timing_only,
                         reference=args.reference, seed=args.seed, trace_path=args.trace, npz=args.inputs,
-                        args=scalars, grid=grid, timeout_s=args.timeout, memory_mb=args.memory)
+                        args=scalars, grid=grid, strict_capacity=args.strict_capacity,
+                        timeout_s=args.timeout, memory_mb=args.memory)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return 0 if report.reference_ok is not False else 1
@@ -93,6 +97,11 @@ def run(args) -> int:
     print(f"hbm       {_fmt_bytes(e.hbm_bytes)} moved ({_fmt_bytes(e.compulsory_hbm_bytes)} compulsory)")
     print(f"trace     {e.instructions} instructions, {e.scheduled} scheduled ({e.folded} zeroings folded), "
           f"{e.flops:.3g} matmul FLOPs" + (f", timeline in {args.trace}" if args.trace else ""))
+    if report.spills or report.reloads:
+        print(f"spilled   the live tiles exceed on-chip memory (peak {_fmt_bytes(report.sbuf_peak_bytes)} SBUF, "
+              f"{_fmt_bytes(report.psum_peak_bytes)} PSUM per partition): {report.spills} spills "
+              f"({_fmt_bytes(report.spill_bytes)}) and {report.reloads} reloads ({_fmt_bytes(report.reload_bytes)}) "
+              f"to and from HBM, timed as DMAs")
     if e.uncosted_opcodes:
         print(f"note      default cost for: {', '.join(e.uncosted_opcodes)}")
     if report.reference_ok is not None:

@@ -217,6 +217,14 @@ class RunReport:
     outputs: Any
     reference_ok: bool | None
     max_abs_err: float | None
+    # on-chip capacity by liveness (simulator/liveness.py): peaks before spilling, and the spill
+    # traffic the trace carries where the live set exceeded SBUF/PSUM
+    sbuf_peak_bytes: int = 0
+    psum_peak_bytes: int = 0
+    spill_bytes: int = 0
+    reload_bytes: int = 0
+    spills: int = 0
+    reloads: int = 0
 
     def to_json(self) -> dict:
         e = self.estimate
@@ -243,6 +251,12 @@ class RunReport:
             "uncosted_opcodes": list(e.uncosted_opcodes),
             "reference_ok": self.reference_ok,
             "max_abs_err": self.max_abs_err,
+            "sbuf_peak_bytes": self.sbuf_peak_bytes,
+            "psum_peak_bytes": self.psum_peak_bytes,
+            "spill_bytes": self.spill_bytes,
+            "reload_bytes": self.reload_bytes,
+            "spills": self.spills,
+            "reloads": self.reloads,
         }
 
 
@@ -268,11 +282,12 @@ def _load(kernel) -> Any:
 def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool = False,
         reference: str | Callable | None = None, *, seed: int = 0, trace_path: str | Path | None = None,
         npz: str | Path | None = None, args: dict[str, Any] | None = None,
-        grid: tuple[int, ...] | None = None) -> RunReport:
+        grid: tuple[int, ...] | None = None, strict_capacity: bool = False) -> RunReport:
     """Simulate `kernel` (a Kernel, a `FILE.py[:FUNC]` path, or source text) and estimate it.
     `args` are scalar arguments (parameters with Python defaults keep them unless given); `grid`
     launches an SPMD kernel: every instance runs, in turn, on one NeuronCore, and the estimate
-    schedules all their instructions as one stream."""
+    schedules all their instructions as one stream. A live set larger than SBUF/PSUM is spilled
+    (the report says how much) unless `strict_capacity`, which makes it an error."""
     from axon.targets.trainium.simulator import simulate
 
     hw = get_target(target)
@@ -285,7 +300,7 @@ def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool 
         given[name] = value
     args = resolve_inputs(k.params, given, timing_only=timing_only, seed=seed,
                           defaults=getattr(k, "defaults", None))
-    result = simulate(k, args, target=hw.name, timing_only=timing_only, grid=grid)
+    result = simulate(k, args, target=hw.name, timing_only=timing_only, grid=grid, strict_capacity=strict_capacity)
     est = estimate(result.trace, hw, keep_schedule=trace_path is not None)
     if trace_path is not None:
         try:
@@ -301,4 +316,7 @@ def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool 
             raise KernelError(f"reference {getattr(fn, '__name__', fn)} failed: {type(exc).__name__}: {exc}") from None
         ok, err = check_outputs(result.outputs, expected)
     return RunReport(kernel=getattr(k, "name", str(kernel)), target=hw.name, estimate=est,
-                     outputs=None if timing_only else result.outputs, reference_ok=ok, max_abs_err=err)
+                     outputs=None if timing_only else result.outputs, reference_ok=ok, max_abs_err=err,
+                     sbuf_peak_bytes=result.sbuf_peak_bytes, psum_peak_bytes=result.psum_peak_bytes,
+                     spill_bytes=result.spill_bytes, reload_bytes=result.reload_bytes,
+                     spills=result.spills, reloads=result.reloads)

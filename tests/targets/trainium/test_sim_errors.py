@@ -191,12 +191,18 @@ def test_partition_start_alignment():
 
 
 def test_sbuf_capacity_of_live_tiles():
+    # strict capacity (Axon's own kernels): the error names the first instruction where the live
+    # tiles exceed SBUF
     expect_error("""
     @nki.jit
     def k(x):
         a = nl.ndarray((128, 30000), dtype=nl.float32, buffer=nl.sbuf)
-        b = nl.ndarray((128, 30000), dtype=nl.float32, buffer=nl.sbuf)  # <-
-    """, r"SBUF capacity exceeded: live tiles need 240000 bytes per partition, trn2 has 212984")
+        b = nl.ndarray((128, 30000), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=a, value=1.0)
+        nisa.memset(dst=b, value=2.0)
+        nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)  # <-
+    """, r"SBUF capacity exceeded: live tiles need 240000 bytes per partition, trn2 has 212984 "
+         r"\(strict capacity: no spilling\)", strict_capacity=True)
 
 
 def test_sbuf_released_at_end_of_iteration():
@@ -207,7 +213,7 @@ def test_sbuf_released_at_end_of_iteration():
             a = nl.ndarray((128, 30000), dtype=nl.float32, buffer=nl.sbuf)
             nisa.dma_copy(dst=a[:, 0:512], src=x)
     """)
-    r = simulate_source(src, "k", {"x": X})
+    r = simulate_source(src, "k", {"x": X}, strict_capacity=True)
     assert r.sbuf_peak_bytes == 120000
 
 
@@ -216,8 +222,14 @@ def test_psum_capacity_in_banks():
     @nki.jit
     def k(x):
         tiles = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
-        extra = nl.ndarray((128, 10), dtype=nl.float32, buffer=nl.psum)  # <-
-    """, r"PSUM capacity exceeded: .*9 banks of 2048 B")
+        extra = nl.ndarray((128, 10), dtype=nl.float32, buffer=nl.psum)
+        xs = nl.load(x)
+        for t in tiles:
+            nisa.tensor_copy(dst=t, src=xs)
+        nisa.tensor_copy(dst=extra, src=xs[:, 0:10])  # <-
+        for t in tiles:
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=extra[:, 0:1])
+    """, r"PSUM capacity exceeded: .*9 banks of 2048 B", strict_capacity=True)
 
 
 def test_vector_free_size_limit_in_psum():

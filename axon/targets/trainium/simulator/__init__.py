@@ -27,6 +27,7 @@ from axon.targets.trainium.trace import Instruction, cyclic_gc_paused
 
 from . import dtypes
 from .context import SimContext
+from .liveness import account
 from .loader import Jit, execute
 from .memory import Tile, wrap_array
 
@@ -57,8 +58,12 @@ class SimResult:
     trace: list[Instruction]
     hbm_bytes: int
     arguments: dict = field(default_factory=dict)  # every HBM argument after the run, by name
-    sbuf_peak_bytes: int = 0  # peak live SBUF bytes per partition
-    psum_peak_bytes: int = 0  # peak live PSUM bytes per partition
+    sbuf_peak_bytes: int = 0  # peak live SBUF bytes per partition (by liveness, before spilling)
+    psum_peak_bytes: int = 0  # peak live PSUM bytes per partition (whole banks, before spilling)
+    spill_bytes: int = 0  # bytes the spill DMAs in the trace store to HBM (liveness.py)
+    reload_bytes: int = 0  # bytes they load back
+    spills: int = 0  # spill stores in the trace
+    reloads: int = 0  # spill reloads in the trace
 
 
 # False inside the sandbox's child, whose SIGALRM replaces the watchdog thread (a thread costs ~10 ms
@@ -237,11 +242,15 @@ def _to_output(value, where=""):
 
 def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "trn2",
              timing_only: bool = False, max_instructions: int = 5_000_000,
-             time_limit_s: float | None = None, grid: tuple | None = None) -> SimResult:
+             time_limit_s: float | None = None, grid: tuple | None = None,
+             strict_capacity: bool = False) -> SimResult:
     """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value).
     `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
     each runs in turn with its own `nl.program_id`, all sharing the HBM tensors they allocate
-    (the trace holds every instance's instructions, on one NeuronCore)."""
+    (the trace holds every instance's instructions, on one NeuronCore).
+    On-chip capacity is accounted by liveness after the run (liveness.py): with
+    `strict_capacity` (Axon's own kernels) more live SBUF/PSUM than the target has is an error;
+    without it (kernels written by users) the excess is spilled to HBM by DMAs in the trace."""
     hw = get_target(target) if isinstance(target, str) else target
     grid = _check_grid(grid)
     missing = [p for p in kernel.params if p not in inputs and p not in kernel.defaults]
@@ -262,19 +271,20 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
         for ids in (np.ndindex(*grid) if grid else [()]):
             ctx.program_ids, ctx.hbm_cursor = tuple(int(i) for i in ids), 0
             ret = fn(**args)
-        if ctx.pending:
-            ctx.charge_pending()
+        acc = account(ctx.trace, ctx.onchip, hw, strict=strict_capacity, path=kernel.path,
+                      new_buffer_id=ctx.new_buffer_id)
         line = _return_line(kernel.source, kernel.name) if not timing_only else None
         out = None if timing_only else _to_output(ret, f"{kernel.path}:{line}: " if line else "")
         if timing_only:
             out = _shapes(ret)
         hbm = {n: (None if timing_only else np.array(t.buf.data)) for n, t in args.items()
                if isinstance(t, Tile)}
-        return out, hbm
+        return out, hbm, acc
 
     with cyclic_gc_paused():
-        outputs, arguments = _run_guarded(ctx, run, time_limit_s)
-    return SimResult(outputs, ctx.trace, ctx.hbm_bytes, arguments, ctx.sbuf_peak, ctx.psum_peak)
+        outputs, arguments, acc = _run_guarded(ctx, run, time_limit_s)
+    return SimResult(outputs, acc.trace, ctx.hbm_bytes + acc.spill_bytes + acc.reload_bytes, arguments,
+                     acc.sbuf_peak, acc.psum_peak, acc.spill_bytes, acc.reload_bytes, acc.spills, acc.reloads)
 
 
 def _check_grid(grid) -> tuple:

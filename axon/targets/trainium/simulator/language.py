@@ -470,10 +470,6 @@ def _retarget(ctx, value: Tile, dst: Tile, accumulate=False):
     dst.write(vals, ini, wmask)
     ins.writes = tuple(new if w == old else w for w in ins.writes)
     operands.note_output(ins, dst)
-    buf = value.buf
-    ctx.release(buf)
-    ctx.pending = [r for r in ctx.pending if r() is not buf]
-    ctx.staged = [r for r in ctx.staged if r() is not buf]
     value.redirect(dst)
 
 

@@ -10,8 +10,9 @@ Invariants:
   New buffers hold garbage (NaN for floats), never zeros.
 - A `Tile` is a logical view: `arr`/`ini` are NumPy views of the valid part; positions past the
   end of the buffer (allowed only under a mask) are described by `valid` or `oob`.
-- On-chip capacity is charged per live buffer and released when the buffer's loop iteration ends
-  or its last Python reference goes, whichever comes first.
+- On-chip capacity is accounted by liveness after the run (liveness.py): `alloc` registers each
+  on-chip buffer with its allocation unit (one block; the whole buffer without block dimensions)
+  and refuses, before the NumPy allocation, a unit that could never fit on its own.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ _GARBAGE_INT = 0x5A  # byte pattern of fresh integer buffers
 
 class Buffer:
     __slots__ = ("id", "memory", "storage", "data", "init", "dtype", "pdim", "pp_bytes", "base",
-                 "ctx", "charge", "charged", "name", "read_since_write", "written", "__weakref__")
+                 "ctx", "name", "read_since_write", "written", "__weakref__")
 
     def __init__(self, ctx, memory: Memory, shape: tuple, dtype: np.dtype, pdim: int | None,
                  name: str = "", data: np.ndarray | None = None, initialised: bool = False):
@@ -53,15 +54,6 @@ class Buffer:
             self.init = None
         else:
             self.init = np.zeros(self.data.shape, dtype=bool)
-        self.charge = 0
-        self.charged = False
-
-    def __del__(self):
-        if self.charged:
-            try:
-                self.ctx.release(self)
-            except Exception:  # interpreter shutdown
-                pass
 
     def full_tile(self) -> "Tile":
         t = Tile.__new__(Tile)
@@ -307,7 +299,7 @@ class Tile:
                 np.copyto(ini, init, where=mask)
 
 
-def alloc(ctx, shape, dtype, memory: Memory, name="", pdim=None, charge=True) -> Tile:
+def alloc(ctx, shape, dtype, memory: Memory, name="", pdim=None) -> Tile:
     """Allocate a fresh (uninitialised) buffer and return its whole-buffer tile."""
     shape = tuple(int(s) for s in shape)
     if any(s <= 0 for s in shape):
@@ -321,11 +313,13 @@ def alloc(ctx, shape, dtype, memory: Memory, name="", pdim=None, charge=True) ->
         if shape[pdim] > pmax:
             raise KernelError(f"partition dimension {shape[pdim]} exceeds {pmax} "
                               f"(tile shape {shape}, {memory.value})")
-        # capacity before the NumPy allocation: a tile that cannot fit is never allocated or filled
-        ctx.check_fits(memory, math.prod(shape) // shape[pdim] * dtype.itemsize, charge)
+        # one block: what is allocated (and spilled) as a unit
+        unit = math.prod(shape[pdim + 1:]) * dtype.itemsize
+        # capacity before the NumPy allocation: a block that cannot fit is never allocated or filled
+        ctx.check_fits(memory, unit)
     buf = Buffer(ctx, memory, shape, dtype, pdim, name)
-    if memory is not Memory.HBM and charge:
-        ctx.charge(buf)
+    if memory is not Memory.HBM:
+        ctx.register(buf, unit, shape[pdim])
     return buf.full_tile()
 
 

@@ -10,7 +10,6 @@ the instruction and marks a fresh result with its producer so a store can retarg
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
@@ -157,9 +156,7 @@ def bcast_shape(v, shape):
 def dst_tile(ctx, dst, shape, dtype, memory, opcode, mask=None):
     """The destination tile (allocating a fresh one for the beta-1 form)."""
     if dst is None:
-        # Charged when the next instruction issues, unless stored in place before that.
-        t = alloc(ctx, shape, dtype, memory, name=opcode, charge=False)
-        ctx.add_pending(weakref.ref(t.buf))
+        t = alloc(ctx, shape, dtype, memory, name=opcode)
         return t, True
     as_tile(dst, "dst", opcode)
     if dst.buf.memory is HBM:
