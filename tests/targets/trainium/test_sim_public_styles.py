@@ -281,3 +281,27 @@ def test_argument_and_grid_parsing():
             parse_grid(bad)
     with pytest.raises(InputError):
         parse_arg("=3")
+
+
+LOOP_REDUCE_MAX = """
+    import numpy as np
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+    @nki.jit
+    def rowmax(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        m = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # never initialised (NKIBench style)
+        for j in nl.affine_range(x.shape[1] // 512):
+            part = nl.max(nl.load(x[:, j * 512:(j + 1) * 512]), axis=[1], keepdims=True)
+            m[...] = nl.loop_reduce(part, op=np.max, loop_indices=[j], dtype=nl.float32)
+        nl.store(out, value=m)
+        return out
+"""
+
+
+def test_loop_reduce_into_an_unwritten_tile_starts_from_its_first_iteration(tmp_path):
+    k = write(tmp_path / "lrm.py", LOOP_REDUCE_MAX)
+    x = np.random.default_rng(4).standard_normal((128, 2048)).astype(np.float32)
+    rep = run(str(k), {"x": x}, target="trn1")
+    np.testing.assert_allclose(rep.outputs, x.max(axis=1, keepdims=True))

@@ -348,16 +348,21 @@ def shared_constant(ctx, constant, dtype=None, **_):
 
 class LoopReduce:
     """What nl.loop_reduce(x, op, loop_indices) returns: assigned into a tile `dst`, it becomes
-    `dst = op(dst, x)` (the destination is the other operand of the reduction)."""
+    `dst = op(dst, x)` (the destination is the other operand of the reduction), and `dst = x` on
+    the reduction's first iteration (every loop index 0; without indices: while dst is unwritten)."""
 
-    def __init__(self, x, op, dtype, mask):
-        self.x, self.op, self.dtype, self.mask = x, op, dtype, mask
+    def __init__(self, x, op, dtype, mask, first=None):
+        self.x, self.op, self.dtype, self.mask, self.first = x, op, dtype, mask, first
 
 
 def loop_reduce(ctx, x, op, loop_indices=None, dtype=None, mask=None, **_):
     if not isinstance(x, Tile):
         raise KernelError(f"nl.loop_reduce expects a tile, got {type(x).__name__}")
-    return LoopReduce(x, ops.lookup(op, 2), dtype, mask)
+    first = None
+    if loop_indices is not None:
+        idx = loop_indices if isinstance(loop_indices, (list, tuple)) else [loop_indices]
+        first = all(isinstance(i, numbers.Integral) and int(i) == 0 for i in idx)
+    return LoopReduce(x, ops.lookup(op, 2), dtype, mask, first)
 
 
 class finfo:
@@ -476,7 +481,11 @@ def _retarget(ctx, value: Tile, dst: Tile, accumulate=False):
 def assign(ctx, dst: Tile, value):
     """`dst[...] = value`"""
     if isinstance(value, LoopReduce):
-        binary(ctx, value.op, dst, value.x, dtype=value.dtype, mask=value.mask, dst=dst)
+        first = value.first if value.first is not None else not dst.buf.written
+        if first:
+            isa.tensor_copy(ctx, dst, value.x, dtype=value.dtype, mask=value.mask)
+        else:
+            binary(ctx, value.op, dst, value.x, dtype=value.dtype, mask=value.mask, dst=dst)
         return
     if isinstance(value, Tile):
         if value.iadd:
