@@ -1528,7 +1528,8 @@ def evaluate_with_bound(graph: Graph, arrays, binding):
     """Outputs (the NumPy reference: each operator's `numpy`, as axon.semantics.evaluate does) and, per
     element, a bound on the magnitude of the rounding error in units of float64 epsilon (first-order
     forward error analysis). Also whether any node's NumPy shape drifts from its declared shape.
-    Raises Overflow when a finite computation overflows (not a division by zero)."""
+    Raises Overflow when a finite computation overflows, or an exp underflows toward 0 (not a
+    division by zero)."""
     val, err = {}, {}
     drift = []
     with np.errstate(all="ignore"):
@@ -1547,8 +1548,8 @@ def evaluate_with_bound(graph: Graph, arrays, binding):
                 e = _error(node.op, node, args, es, v, binding)
                 if node.op in _OVERFLOW_OPS and (np.isinf(v) & np.all([np.isfinite(a).all() for a in args])).any():
                     raise Overflow(node.op.value)
-                if node.op is Op.EXP and (np.abs(v) > 1e150).any():
-                    raise Overflow("exp")
+                if node.op is Op.EXP and ((np.abs(v) > 1e150) | (np.abs(v) < 1e-150)).any():
+                    raise Overflow("exp")  # over- or underflow: float64 leaves the reals' range
                 if v.shape != bind_shape(node.shape, binding):
                     drift.append(f"{node.op.value}: NumPy shape {v.shape}, declared "
                                  f"{bind_shape(node.shape, binding)}")
