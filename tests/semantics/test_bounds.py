@@ -1,0 +1,173 @@
+"""Per-element error bounds (axon.semantics.bounds): they hold for a kernel that rounds every
+intermediate and sums in the worst order, they follow each element's own magnitude, and a
+reference check under them fails on errors a max|ref|-scaled tolerance let through."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import axon
+import axon.frontend.functions as F
+from axon.semantics.bounds import (Precision, compare, function_tolerance, gamma, kernel_reference,
+                                   program_reference, unit_roundoff)
+from axon.semantics.evaluate import evaluate
+from axon.semantics.ops import OP_SPECS, Op
+from axon.semantics.algebra import const_value
+from axon.semantics.sizes import bind_shape
+from axon.suite import SUITE
+
+NARROW = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+
+
+def test_unit_roundoff_and_gamma():
+    assert unit_roundoff(np.float32) == 2.0 ** -24
+    assert unit_roundoff(ml_dtypes.bfloat16) == 2.0 ** -8
+    assert unit_roundoff(np.float16) == 2.0 ** -11
+    assert unit_roundoff(np.int32) == 0.0
+    assert gamma(4, 0.01) == pytest.approx(0.04 / 0.96)
+    assert gamma(300, 2.0 ** -8) == float("inf")  # n u >= 1: no bound
+
+
+def emulate(graph, arrays, dtype):
+    """A kernel as badly behaved as the bounds allow: every operation in float32, every result
+    rounded to `dtype`, every sum accumulated sequentially (the order with the largest error bound)."""
+    narrow = NARROW[dtype]
+    rnd = lambda v: np.asarray(v, np.float32).astype(narrow).astype(np.float32)
+    env = {}
+    binding = {}
+    from axon.semantics.evaluate import bind_sizes
+
+    binding = bind_sizes(graph, {k: v.shape for k, v in arrays.items()})
+    for n in graph.nodes():
+        if n.op is Op.INPUT:
+            env[n] = np.asarray(arrays[n.params.name], np.float32)
+        elif n.op is Op.CONST:
+            env[n] = np.float32(const_value(n.params.value, binding))
+        elif n.op is Op.REDUCE_SUM:
+            seq = np.take(np.cumsum(env[n.inputs[0]], axis=n.params.axis, dtype=np.float32), [-1], axis=n.params.axis)
+            env[n] = rnd(seq if n.params.keepdims else np.squeeze(seq, n.params.axis))
+        else:
+            args = [env[x] for x in n.inputs]
+            with np.errstate(all="ignore"):
+                env[n] = rnd(OP_SPECS[n.op].numpy(args, n.params, bind_shape(n.shape, binding)))
+    return [env[o] for o in graph.outputs]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_an_emulated_kernel_stays_within_the_bounds_on_every_benchmark(dtype):
+    for name, b in SUITE.items():
+        inputs = b.program.random_inputs(b.sizes("small"), dtype=dtype, seed=1)
+        want, tol = kernel_reference(b.program.graph, inputs, dtype)
+        # the reference is the evaluator's, bit for bit
+        for w, r in zip(want, evaluate(b.program.graph, inputs)):
+            assert np.array_equal(w, r), name
+        check = compare(emulate(b.program.graph, inputs, dtype), want, tol)
+        assert check.ok, (name, dtype, check.explain())
+        assert check.tolerance["unbounded_elements"] == 0, name
+
+
+def test_a_bound_follows_its_own_element_not_the_largest():
+    @axon.program(x=("m", "n"), y=("m", "n"))
+    def mul(x, y):
+        return x * y
+
+    x = np.array([[1e-3, 1e3]], np.float32)
+    y = np.ones((1, 2), np.float32)
+    want, tol = kernel_reference(mul.graph, {"x": x, "y": y}, "float32")
+    small, big = tol.bounds[0][0]
+    assert small < 1e-9 < big  # u |x y| at each element
+    off = want[0].copy()
+    off[0, 0] += 1e-6  # far below 2 eps max|ref| = 2.4e-4, the old check's slack at every element
+    assert not compare([off], want, tol).ok
+    off = want[0].copy()
+    off[0, 1] += 1e-6
+    assert compare([off], want, tol).ok
+
+
+def test_a_matmul_element_is_bounded_by_gamma_k_times_its_absolute_products():
+    @axon.program(a=("m", "k"), b=("k", "n"))
+    def mm(a, b):
+        return a @ b
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((4, 64), dtype=np.float32), rng.standard_normal((64, 8), dtype=np.float32)
+    want, tol = kernel_reference(mm.graph, {"a": a, "b": b}, "float32")
+    mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    u = 2.0 ** -24
+    # gamma_K |A||B| for the float32 accumulation (nothing narrower stores it), then the output's
+    # rounding u (|ref| + e); each rounding allows half a subnormal
+    e = gamma(64, u) * mag + 2.0 ** -150
+    want_bound = e + u * (np.abs(want[0]) + e) + 2.0 ** -150
+    # |A||B| is summed in float32 and scaled up by 1 / (1 - gamma_K): never below the exact formula
+    assert (tol.bounds[0] >= want_bound).all() and (tol.bounds[0] <= want_bound * (1 + 1e-5)).all()
+
+
+def test_a_divisor_whose_interval_holds_zero_leaves_the_element_unbounded():
+    @axon.program(x=("m", "n"), y=("m", "n"))
+    def ratio(x, y):
+        return x / (y - 1.0)
+
+    x = np.ones((1, 3), np.float32)
+    y = np.array([[1.0, 2.0, 3.0]], np.float32)  # y - 1 = 0 exactly: no finite bound
+    want, tol = kernel_reference(ratio.graph, {"x": x, "y": y}, "float32")
+    assert np.isinf(tol.bounds[0][0, 0]) and np.isfinite(tol.bounds[0][0, 1:]).all()
+    assert tol.summary()["unbounded_elements"] == 1
+    got = want[0].astype(np.float32)
+    assert compare([got], want, tol).ok  # inf == inf: a non-finite reference is matched exactly
+    got[0, 2] = np.nan
+    c = compare([got], want, tol)
+    assert not c.ok and c.worst == (0, (0, 2)) and c.failed == 1
+
+
+def test_bf16_intermediates_widen_the_bound_only_where_the_kernel_keeps_them():
+    @axon.program(x=("m", "n"))
+    def soft(x):
+        e = F.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    x = np.random.default_rng(2).standard_normal((8, 256)).astype(ml_dtypes.bfloat16)
+    _, any_kernel = kernel_reference(soft.graph, {"x": x}, "bfloat16")
+    _, f32_mid = kernel_reference(soft.graph, {"x": x}, "bfloat16", narrow=())
+    # every intermediate in bf16 (Options.precision "kernel") against float32 ones and a bf16 output
+    assert (any_kernel.bounds[0] > 2 * f32_mid.bounds[0]).all()
+    assert f32_mid.summary()["bound_over_ref_median"] < 2 * 2.0 ** -8
+
+
+def test_an_opaque_function_is_bounded_by_its_magnitudes_and_its_own_rounding():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((8, 32)), rng.standard_normal((32, 4))
+    ref = (a @ b).astype(np.float32)
+    mag = np.abs(a) @ np.abs(b)
+    prec = Precision(("bfloat16",), "bfloat16")
+    tol = function_tolerance([ref], [mag], prec, reduction=32, roundings=1, narrowed=0)
+    u, u32 = 2.0 ** -8, 2.0 ** -24
+    r = np.abs(ref.astype(np.float64))
+    m = np.maximum(r, mag)
+    want = (u + u) * r + 2.0 ** -134 + gamma(32, u32) * m + u32 * r + gamma(32, u32) * m
+    np.testing.assert_allclose(tol.bounds[0], want, rtol=1e-12)
+    assert "K = 32" in tol.formula() and tol.summary()["method"] == "reference"
+
+
+def test_program_reference_takes_a_precision_per_output():
+    b = SUITE["rope"]
+    inputs = b.program.random_inputs(b.sizes("small"), dtype="float32", seed=0)
+    _, tol = program_reference(b.program.graph, inputs, Precision(("float32", "bfloat16"), "bfloat16"))
+    s = tol.summary()
+    assert s["dtypes"]["out"] == ["float32", "bfloat16"] and s["unit_roundoff"]["mid"] == 2.0 ** -8
+
+
+def test_a_long_bf16_contraction_gets_the_probabilistic_bound_and_still_holds():
+    @axon.program(x=("m", "k"), y=("m", "k"), w=("k", "n"))
+    def gated(x, y, w):
+        return (x * y) @ w  # a computed operand, rounded to bf16 for the Tensor Engine
+
+    rng = np.random.default_rng(4)
+    inputs = {"x": rng.standard_normal((8, 8192)), "y": rng.standard_normal((8, 8192)),
+              "w": rng.standard_normal((8192, 64))}
+    inputs = {k: v.astype(ml_dtypes.bfloat16) for k, v in inputs.items()}
+    want, tol = kernel_reference(gated.graph, inputs, "bfloat16")
+    h = inputs["x"].astype(np.float64) * inputs["y"].astype(np.float64)
+    worst_case = 2.0 ** -8 * (np.abs(h) @ np.abs(inputs["w"].astype(np.float64)))  # one rounding of h alone
+    one_rounding = np.median(worst_case / np.abs(want[0]))
+    assert one_rounding > 0.2  # the worst case of a single rounding of h: a quarter of the output
+    assert tol.summary()["bound_over_ref_median"] < one_rounding / 3
+    assert compare(emulate(gated.graph, inputs, "bfloat16"), want, tol).ok
