@@ -96,7 +96,8 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
     return lines
 
 
-def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype: str, lowerer) -> str:
+def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype: str, lowerer, rows=None) -> str:
+    """The candidate's kernel source; `rows` as in KernelBuilder (a check's kernel on some row blocks)."""
     ops = {n.op.value for p in cand.passes for n in p.group.nodes}
     if not ops <= set(lowerer.sources):
         # a first build collects which lowering source served each operator, for the header
@@ -105,7 +106,7 @@ def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype
         KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options).build(graph_name, [])
     em = target.emitter(dtype)
     em.sizes = dict(sizes)
-    builder = KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options)
+    builder = KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options, rows=rows)
     used = {n.op.value: lowerer.sources.get(n.op.value, "?") for p in cand.passes for n in p.group.nodes}
     return builder.build(graph_name, header_lines(graph_name, target.name, sizes, dtype, cand, used))
 
@@ -152,10 +153,8 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
             counts.reasons.append(f"variant {vi}: {err}")
             continue
         # rows packed several per partition (tiling.packing): a layout of its own, where it applies
-        worlds = [(world, 1, sizes)]
-        for g in pack_factors(graph, sizes, limits.partitions):
-            packed_graph, symbols = pack_rows(graph, g)
-            worlds.append((RowWorld.of(packed_graph), g, packed_sizes(symbols, sizes)))
+        worlds = [(world, 1, sizes)] + [packed_world(graph, g, sizes)
+                                        for g in pack_factors(graph, sizes, limits.partitions)]
         for world, packed, wsizes in worlds:
             layouts = []
             for mode in modes:
@@ -198,6 +197,14 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
         if progress:
             progress(f"variant {vi}: {counts.generated} candidates so far")
     return out
+
+
+def packed_world(graph: Graph, g: int, sizes) -> tuple[RowWorld, int, dict]:
+    """(world, g, sizes) of `graph` with its rows packed g per partition (g = 1: as written)."""
+    if g == 1:
+        return RowWorld.of(graph), 1, dict(sizes)
+    packed_graph, symbols = pack_rows(graph, g)
+    return RowWorld.of(packed_graph), g, packed_sizes(symbols, sizes)
 
 
 def _candidate(name, target, world, sizes, dtype, lowerer, counts: Counts, seen: set, cand: Candidate):

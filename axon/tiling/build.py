@@ -50,9 +50,27 @@ class Options:
     lowering: int = 0  # which lowering alternative of each phase's program (Lowerer.program `alt`)
     # wide intermediates (anything more than one column per row) in "f32" or in the "kernel"'s
     # dtype: half the bytes, and bf16 element-wise instructions take their fast paths; per-row
-    # statistics and accumulators stay f32. The numerical check decides whether it is precise enough
+    # statistics and accumulators stay f32. The numerical check bounds it with those roundings
+    # (narrow_values), so it is accepted when correct, and reports how much wider its bound is
     precision: str = "f32"
     packed: int = 1  # rows per partition (tiling.packing): the passes see [m/g, g*c] views of HBM
+
+
+def narrow_values(passes, options: Options) -> frozenset:
+    """The computed values a kernel built from `passes` with `options` may hold in the kernel's
+    dtype rather than float32: the precision model its numerical check bounds it by
+    (axon.semantics.bounds). With precision "kernel", every one (wide tiles and block buffers take
+    the kernel's dtype); otherwise those another pass reads back from HBM (scratch is in the
+    kernel's dtype) and matmul stationary operands (transposed in the kernel's dtype for the
+    Tensor Engine). Outputs are rounded by their store."""
+    computed = [n for p in passes for n in p.group.nodes if n.op not in (Op.INPUT, Op.CONST)]
+    if options.precision == "kernel":
+        return frozenset(computed)
+    owner = {n: pi for pi, p in enumerate(passes) for n in p.group.nodes}
+    crossing = {x for pi, p in enumerate(passes) for n in p.group.nodes for x in n.inputs
+                if x in owner and owner[x] != pi}
+    stationary = {n.inputs[0] for n in computed if n.op is Op.MATMUL and n.inputs[0] in owner}
+    return frozenset(n for n in crossing | stationary if n.op not in (Op.INPUT, Op.CONST))
 
 
 def _ex(*terms) -> str:
@@ -93,8 +111,12 @@ def inplace_plan(nodes, block, trans, outputs, hbm, cols) -> dict:
 
 class KernelBuilder:
     def __init__(self, world: RowWorld, passes: list[Pass], sizes: Mapping[str, int],
-                 lower: Callable[[Node], object], emitter, options: Options = Options()):
+                 lower: Callable[[Node], object], emitter, options: Options = Options(), rows=None):
+        """`rows`: [start, stop) ranges of the row dimension, each a multiple of every pass's block:
+        the kernel runs only the row blocks inside them (a numerical check's kernel: the same code
+        and HBM addressing as the full kernel, on part of its rows)."""
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
+        self.rows = rows
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
         if hasattr(emitter, "balance"):
             emitter.balance = options.engines == "balanced"
@@ -191,7 +213,7 @@ class KernelBuilder:
             ctx.append(em.loop(f"i_b{j}", self.c(size)))
             ctx[-1].__enter__()
         # a pass's tiles die with it: a one-block pass of several is still a (one-iteration) loop
-        with em.loop("i_rb", R // (P * BM), scoped=len(self.passes) > 1):
+        with em.loop("i_rb", R // (P * BM), scoped=len(self.passes) > 1, only=self._blocks(P * BM)):
             rows0 = ("i_rb", P * BM)
             block: dict[Node, str] = {}
             trans: dict[Node, tuple[str, int, str]] = {}  # node -> (tile, k_tiles, layout)
@@ -211,6 +233,14 @@ class KernelBuilder:
                     self.matmul_phase(ph, t, rows0, block, trans, members, consumers, owner, pi)
         for c in reversed(ctx):
             c.__exit__(None, None, None)
+
+    def _blocks(self, block_rows: int):
+        """The row blocks of `block_rows` rows a check's kernel runs (None: all of them)."""
+        if self.rows is None:
+            return None
+        if any(s % block_rows or e % block_rows for s, e in self.rows):
+            raise UnsupportedError(f"checked rows {self.rows} are not whole blocks of {block_rows} rows")
+        return tuple(b for s, e in self.rows for b in range(s // block_rows, e // block_rows))
 
     def _nm(self, n: Node) -> str:
         return self.em.fresh(n.params.name if n.op is Op.INPUT else n.op.value)

@@ -88,9 +88,19 @@ class NkiEmitter:
         self.line(f"# {text}")
 
     @contextmanager
-    def loop(self, var: str, count: int, sequential: bool = False, scoped: bool = False):
+    def loop(self, var: str, count: int, sequential: bool = False, scoped: bool = False, only=None):
         """`sequential`: iterations depend on each other (a carried value): nl.sequential_range;
-        `scoped`: a loop even for one iteration, so the tiles allocated in it die with it."""
+        `scoped`: a loop even for one iteration, so the tiles allocated in it die with it; `only`:
+        the iteration values to run, of the `count` (a check's kernel on part of the rows)."""
+        if only is not None:
+            self.line(f"for {var}_k in nl.{'sequential_range' if sequential else 'affine_range'}({len(only)}):")
+            self.depth += 1
+            self.line(f"{var} = {tuple(only)}[{var}_k]  # {len(only)} of {count} iterations")
+            try:
+                yield
+            finally:
+                self.depth -= 1
+            return
         if count == 1 and not scoped:
             self.line(f"{var} = 0")
             yield

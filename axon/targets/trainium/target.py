@@ -73,13 +73,16 @@ class TrainiumTarget:
         return all(s.instruction in EMITTABLE for s in lowering.steps)
 
     @sandboxed(lambda self, source, *a, **k: source_label(source))  # timeout_s, memory_mb: sandbox.py
-    def run(self, source: str, inputs: dict, timing_only: bool, keep_schedule: bool = False) -> Measured:
+    def run(self, source: str, inputs: dict, timing_only: bool, keep_schedule: bool = False,
+            partial: bool = False) -> Measured:
+        """`partial`: the kernel may leave output elements unwritten (a check's kernel on some row
+        blocks); they come back NaN."""
         from axon.targets.trainium.perfmodel import estimate
         from axon.targets.trainium.simulator import ShapeDtype, simulate_source
 
         args = {k: (ShapeDtype(v.shape, _dtype_name(v.dtype)) if timing_only else v) for k, v in inputs.items()}
         # Axon's own kernel: more live SBUF/PSUM than the target has is a defect, not a spill
-        res = simulate_source(source, None, args, target=self.name, timing_only=timing_only,
+        res = simulate_source(source, None, args, target=self.name, timing_only=timing_only, partial=partial,
                               strict_capacity=True)
         est = estimate(res.trace, self.hw, keep_schedule=keep_schedule)
         outs = None

@@ -225,27 +225,34 @@ def _return_line(source: str, name: str) -> int | None:
     return None
 
 
-def _to_output(value, where=""):
+def _to_output(value, where="", partial=False):
+    """`partial`: elements never written come back NaN instead of failing the kernel (a numerical
+    check's kernel that runs only some row blocks writes only their rows)."""
     if isinstance(value, Tile):
-        if value.buf.init is not None:
-            ini = value.initialised()
-            if ini is not None and not ini.all():
-                raise KernelError(f"{where}kernel returns {value.buf.name or 'a tensor'} with "
-                                  f"{int((~ini).sum())} elements never written")
-        return np.array(value.values()) if value.arr is not None or value.idx is not None else None
+        ini = value.initialised() if value.buf.init is not None else None
+        if ini is not None and not ini.all() and not partial:
+            raise KernelError(f"{where}kernel returns {value.buf.name or 'a tensor'} with "
+                              f"{int((~ini).sum())} elements never written")
+        if value.arr is None and value.idx is None:
+            return None
+        out = np.array(value.values())
+        if ini is not None and not ini.all():
+            out = out.astype(np.float64) if out.dtype.kind in "iub" else out
+            out[~ini] = np.nan
+        return out
     if isinstance(value, (tuple, list)):
-        return type(value)(_to_output(v, where) for v in value)
+        return type(value)(_to_output(v, where, partial) for v in value)
     if isinstance(value, dict):
-        return {k: _to_output(v, where) for k, v in value.items()}
+        return {k: _to_output(v, where, partial) for k, v in value.items()}
     return value
 
 
 def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "trn2",
              timing_only: bool = False, max_instructions: int = 5_000_000,
-             time_limit_s: float | None = None, grid: tuple | None = None,
+             time_limit_s: float | None = None, partial: bool = False, grid: tuple | None = None,
              strict_capacity: bool = False) -> SimResult:
-    """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value).
-    `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
+    """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value);
+    `partial` as in `_to_output`. `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
     each runs in turn with its own `nl.program_id`, all sharing the HBM tensors they allocate
     (the trace holds every instance's instructions, on one NeuronCore).
     On-chip capacity is accounted by liveness after the run (liveness.py): with
@@ -274,7 +281,7 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
         acc = account(ctx.trace, ctx.onchip, hw, strict=strict_capacity, path=kernel.path,
                       new_buffer_id=ctx.new_buffer_id)
         line = _return_line(kernel.source, kernel.name) if not timing_only else None
-        out = None if timing_only else _to_output(ret, f"{kernel.path}:{line}: " if line else "")
+        out = None if timing_only else _to_output(ret, f"{kernel.path}:{line}: " if line else "", partial)
         if timing_only:
             out = _shapes(ret)
         hbm = {n: (None if timing_only else np.array(t.buf.data)) for n, t in args.items()
