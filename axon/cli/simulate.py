@@ -26,7 +26,14 @@ def add_arguments(parser) -> None:
                              "parameters with Python defaults keep them unless given)")
     parser.add_argument("--grid", metavar="AxB", help="SPMD launch grid, e.g. 2x4: every instance runs")
     parser.add_argument("--reference", metavar="FILE.py:FUNC",
-                        help="NumPy function taking the same named arrays; the output is checked against it")
+                        help="NumPy function (or @axon.program) taking the same named arrays; the output is "
+                             "checked against it within per-element error bounds")
+    parser.add_argument("--reduction-length", type=int, metavar="K",
+                        help="longest reduction in a NumPy reference, for its error bound (default: the largest "
+                             "input dimension; an @axon.program reference has its own)")
+    parser.add_argument("--roundings", type=int, default=1, metavar="R",
+                        help="intermediate roundings to the kernel's narrowest dtype a NumPy reference's bound "
+                             "allows (default 1)")
     parser.add_argument("--strict-capacity", action="store_true",
                         help="fail when the live SBUF/PSUM tiles exceed the target instead of spilling them to "
                              "HBM (the rule for Axon's own kernels; by default a kernel spills as the compiler would)")
@@ -58,6 +65,7 @@ def _fmt_bytes(n: float) -> str:
 
 
 def run(args) -> int:
+    from axon.semantics.bounds import describe
     from axon.targets.trainium.runner import parse_arg, parse_grid, parse_input_spec, run as run_kernel
 
     given = {}
@@ -80,6 +88,7 @@ def run(args) -> int:
     # the kernel runs in a child process under --timeout and --memory (simulator/sandbox.py)
     report = run_kernel(args.kernel, given, target=args.target, timing_only=args.timing_only,
                         reference=args.reference, seed=args.seed, trace_path=args.trace, npz=args.inputs,
+                        reduction_length=args.reduction_length, roundings=args.roundings,
                         args=scalars, grid=grid, strict_capacity=args.strict_capacity,
                         timeout_s=args.timeout, memory_mb=args.memory)
     if args.json:
@@ -106,5 +115,7 @@ def run(args) -> int:
         print(f"note      default cost for: {', '.join(e.uncosted_opcodes)}")
     if report.reference_ok is not None:
         verdict = "ok" if report.reference_ok else "MISMATCH"
-        print(f"reference {verdict} (max abs err {report.max_abs_err:.4g})")
+        print(f"reference {verdict} (max abs err {report.max_abs_err:.4g}, "
+              f"{report.max_err_over_bound:.3g} of its per-element bound at worst)")
+        print(f"tolerance {describe(report.tolerance)}")
     return 0 if report.reference_ok is not False else 1

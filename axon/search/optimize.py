@@ -25,9 +25,11 @@ from axon.errors import AxonError, InputError, UnsupportedError
 from axon.fusion.nodes import FUSION_MODES
 from axon.frontend.program import Program
 from axon.search.candidates import Candidate, Counts, direct_lowering, enumerate_candidates
+from axon.search.check import check as check_with_data, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
-from axon.search.select import ResultCache, Timing, check_candidate, default_cache, rank
+from axon.search.select import ResultCache, Timing, default_cache, rank
+from axon.semantics.bounds import describe
 from axon.semantics.evaluate import check_constraints, dtype_named
 
 DEFAULT_BUDGET_S = 45.0  # ranking time; checks and the symbolic phase come on top (120 s in all)
@@ -38,7 +40,8 @@ MODEL_SHORTLIST = 32  # candidates the performance model ranks, after the static
 EXTRA_RANK_S = 20.0
 # numerics with data cost ~0.1 s per 1e10 multiply-adds in the NumPy simulator (gated_mlp at
 # llama3_8b, 3.6e11, checks in ~35 s idle and past the simulator's 120 s limit on a loaded
-# 2-core machine); above this a candidate is checked at fewer rows (below) and the report says so
+# 2-core machine); above this a candidate is checked on some of its row blocks (search.check)
+# and the report says which
 FULL_CHECK_MACS = 1e11
 
 
@@ -60,6 +63,7 @@ class OptimizeResult:
     proofs: dict
     time_s: dict
     check: str  # what was checked how
+    checked: dict = field(default_factory=dict)  # the rows checked and the tolerance, as data
     report: str = ""
     kernel_path: Optional[str] = None
     trace_path: Optional[str] = None
@@ -82,7 +86,7 @@ class OptimizeResult:
             "best": {"kernel_path": self.kernel_path, "latency_ns": self.latency_ns, "roofline_ns": self.roofline_ns,
                      "roofline_fraction": self.roofline_fraction, "max_abs_err": self.max_abs_err,
                      "rewrites": list(self.rewrites), "tiling": self.tiling, "fusion": self.fusion,
-                     "check": self.check, "trace_path": self.trace_path},
+                     "check": self.check, "checked": self.checked, "trace_path": self.trace_path},
             "baseline": {"latency_ns": self.baseline_latency_ns, "speedup": self.speedup},
             "candidates": self.candidates, "proofs": self.proofs, "time_s": self.time_s,
             "instructions": self.instructions,
@@ -198,34 +202,34 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     base_t = (Timing(float("inf"), base_misfit) if base_misfit
               else timed.get(baseline.key) or rank(tgt, [baseline], shapes, cache, budget_s)[0][1])
     failed_sim = [c for c, t in ranked if t.error]
-    data = prog.random_inputs(sizes, dtype=dtype, seed=seed) if matmul_macs(prog.graph, sizes) <= FULL_CHECK_MACS else None
-    expected = prog.reference(**{k: v.astype("float32") for k, v in data.items()}) if data else None
+    data = prog.random_inputs(sizes, dtype=dtype, seed=seed)  # full size: a partial check runs the full kernel
+    macs = matmul_macs(prog.graph, sizes)
     winner, check, failed_numerics, checked = None, None, 0, 0
-    check_sizes = {}
+    check_rows = {}
     for cand, t in ranked:
         if t.error or checked >= MAX_CHECKS:
             continue
         checked += 1
-        check, check_sizes[cand.key] = _check(prog, pool, cand, sizes, tgt, dtype, lowerer, data, expected, seed, say,
-                                              t.latency_ns)
+        check, check_rows[cand.key] = _check(prog, pool, cand, sizes, tgt, dtype, lowerer, data, macs, say,
+                                             t.latency_ns)
         if check.ok:
             winner = (cand, t)
             break
         failed_numerics += 1
-        say(f"  failed: {check.error or f'max |err| {check.max_abs_err:.3g} (scale {check.scale:.3g})'}")
+        say(f"  failed: {check.explain()}")
     if winner is None and not base_t.error and baseline.key not in [c.key for c, _ in ranked[:checked]]:
-        check, check_sizes[baseline.key] = _check(prog, pool, baseline, sizes, tgt, dtype, lowerer, data, expected,
-                                                  seed, say, base_t.latency_ns)
+        check, check_rows[baseline.key] = _check(prog, pool, baseline, sizes, tgt, dtype, lowerer, data, macs,
+                                                 say, base_t.latency_ns)
         if check.ok:
             winner = (baseline, base_t)
     if winner is None:
-        detail = (check.error or f"max |err| {check.max_abs_err:.3g}") if check else "every simulation failed"
+        detail = check.explain() if check else "every simulation failed"
         errs = sorted({t.error.split(': ', 1)[-1] for _, t in ranked if t.error})[:2]
         raise UnsupportedError(f"{prog.name}: no candidate passed the numerical check ({detail})"
                                + (f"; simulation errors: {'; '.join(errs)}" if errs else ""))
     cand, t = winner
     t_selection = time.perf_counter() - t1
-    rtol = {"float32": "rtol=atol=1e-4", "bfloat16": "rtol=atol=2e-2", "float16": "rtol=atol=2e-2"}[dtype]
+    rows = check_rows[cand.key]
     result = OptimizeResult(
         benchmark=prog.name, target=tgt.name, sizes=sizes, dtype=dtype, kernel_source=cand.source,
         latency_ns=t.latency_ns, roofline_ns=roofline.ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
@@ -236,11 +240,14 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
                     "failed_numerics": failed_numerics, "evaluated": len(ranked), "checked": checked,
                     "shortlisted_by_static_cost": len(shortlist)},
         proofs=proofs, time_s={"symbolic": round(t_symbolic, 3), "selection": round(t_selection, 3)},
-        check=(f"full size {sizes}" if check_sizes[cand.key] == sizes else
-               f"REDUCED size {check_sizes[cand.key]} (fewer rows, same tiling and kernel structure; full size "
-               f"{sizes} would exceed the {FULL_CHECK_MACS:.0e} multiply-add check budget)")
-              + f", random normal inputs (seed {seed}), {dtype}, {rtol} against the float64 "
-              f"NumPy reference, scaled by max|ref| = {check.scale:.4g}",
+        check=(f"full size {sizes}" if rows is None else
+               f"PART of the rows: {rows.describe()}, the full-size kernel on those blocks (all {sizes} "
+               f"would exceed the {FULL_CHECK_MACS:.0e} multiply-add check budget)")
+              + f", random normal inputs (seed {seed}), {dtype} (intermediates {cand.options.precision}), against "
+              f"the float64 reference within per-element error bounds ({describe(check.tolerance)}; "
+              f"max |err| / bound {check.worst_ratio:.3g})",
+        checked={"rows": "all" if rows is None else rows.to_json(), "tolerance": check.tolerance,
+                 "max_err_over_bound": check.worst_ratio},
         winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source)
     result.report = _report(result, cand, counts)
     if out_dir is not None:
@@ -250,29 +257,18 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     return result
 
 
-def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, expected, seed, say, latency_ns):
-    """Check `cand` with data: at full size, or (when `expected` is None: the full-size check is over
-    FULL_CHECK_MACS) the same candidate, same tilings, emitted for one row block of its largest
-    pass (the row dimension reduced, every other size kept). Returns (Check, the sizes checked)."""
-    if expected is not None:
-        say(f"checking candidate at {latency_ns / 1e3:.1f} us numerically at full size")
-        return check_candidate(tgt, cand.source, data, expected, dtype), dict(sizes)
-    from axon.fusion.nodes import RowWorld
-    from axon.search.candidates import emit
-
+def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, macs, say, latency_ns):
+    """Check `cand` with data against the variant it implements (search.check): all rows, or the
+    row blocks `plan_rows` picks when all would exceed FULL_CHECK_MACS. Returns (Check, the rows
+    checked or None for all)."""
     graph = pool[cand.variant][0] if cand.rewrites or cand.variant else prog.graph
-    world = RowWorld.of(graph)
-    syms = world.row.terms
-    if len(syms) != 1 or len(syms[0][0]) != 1 or syms[0][1] != 1:
-        raise UnsupportedError(f"{prog.name}: the full-size check is too large and the row dimension "
-                               f"{world.row} is not one symbol to reduce")
-    row = syms[0][0][0]
-    small = {**sizes, row: max(p.tiling.row_tile * p.tiling.row_block for p in cand.passes)}
-    say(f"checking candidate at {latency_ns / 1e3:.1f} us numerically at reduced size {small}")
-    source = emit(prog.name, tgt, world, cand, small, dtype, lowerer)
-    ins = prog.random_inputs(small, dtype=dtype, seed=seed)
-    want = prog.reference(**{k: v.astype("float32") for k, v in ins.items()})
-    return check_candidate(tgt, source, ins, want, dtype), small
+    try:
+        rows = plan_rows(graph, cand, sizes, macs, FULL_CHECK_MACS)
+    except UnsupportedError as err:
+        raise UnsupportedError(f"{prog.name}: {err}") from None
+    where = "at full size" if rows is None else f"on {rows.describe()}"
+    say(f"checking candidate at {latency_ns / 1e3:.1f} us numerically {where}")
+    return check_with_data(tgt, prog.name, graph, cand, sizes, dtype, lowerer, data, rows), rows
 
 
 def _report(r: OptimizeResult, cand: Candidate, counts: Counts) -> str:

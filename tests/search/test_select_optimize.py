@@ -10,6 +10,8 @@ from axon.cli import main
 from axon.errors import AxonError, InputError, UnsupportedError
 from axon.search.optimize import optimize
 from axon.search.select import ResultCache, compare
+from axon.semantics.bounds import kernel_reference
+from axon.targets.trainium.runner import numpy_dtype
 
 
 @pytest.fixture(autouse=True)
@@ -17,12 +19,18 @@ def _no_home_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def test_compare_tolerances():
-    ref = (np.linspace(-1, 1, 64).reshape(8, 8),)
-    assert compare([ref[0] + 5e-5], ref, "float32").ok
-    assert not compare([ref[0] + 5e-3], ref, "float32").ok
-    assert compare([ref[0] + 5e-3], ref, "bfloat16").ok
-    assert not compare([ref[0] * np.nan], ref, "bfloat16").ok
+def test_compare_tolerances_follow_the_dtype_per_element():
+    @axon.program(x=("m", "n"))
+    def double(x):
+        return x * 2.0
+
+    x = np.linspace(-1, 1, 64).reshape(8, 8)
+    for dtype, ok, bad in (("float32", 1e-7, 1e-5), ("bfloat16", 1e-3, 5e-2)):
+        inputs = {"x": x.astype(np.float32).astype(numpy_dtype(dtype))}
+        ref, tol = kernel_reference(double.graph, inputs, dtype)
+        assert compare([ref[0] + ok * np.abs(ref[0])], ref, tol).ok, dtype  # below one rounding
+        assert not compare([ref[0] + bad * np.abs(ref[0])], ref, tol).ok, dtype
+        assert not compare([ref[0] * np.nan], ref, tol).ok
 
 
 def test_cache_round_trip(tmp_path):
@@ -55,6 +63,9 @@ def test_optimize_a_user_program_float32():
 
     r = optimize(scaled_exp, {"m": 128, "n": 256}, dtype="float32")
     assert r.max_abs_err < 1e-3 and r.latency_ns <= r.baseline_latency_ns
+    # checked whole, within bounds of a few float32 roundings of exp's value (not of max|ref|)
+    assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
+    assert r.checked["tolerance"]["bound_over_ref_median"] < 1e-6
 
 
 def test_cli_writes_json(tmp_path, capsys):
@@ -98,8 +109,9 @@ def test_kernels_are_timed_once(tmp_path, monkeypatch):
 
     runs = []
     real = TrainiumTarget.run
-    monkeypatch.setattr(TrainiumTarget, "run", lambda self, source, inputs, timing_only, keep_schedule=False:
-                        runs.append((source, timing_only)) or real(self, source, inputs, timing_only, keep_schedule))
+    monkeypatch.setattr(TrainiumTarget, "run", lambda self, source, inputs, timing_only, keep_schedule=False, **kw:
+                        runs.append((source, timing_only)) or real(self, source, inputs, timing_only, keep_schedule,
+                                                                    **kw))
     r = optimize("rmsnorm_matmul", "small", out_dir=tmp_path, cache=ResultCache(None))
     c = r.candidates
     # variants whose rewrites lead to the same kernel body (only the header differs) share a timing

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from axon.frontend.loading import load_from_file
+from axon.semantics.bounds import Check, Precision, compare, function_tolerance, program_reference, unit_roundoff
 from axon.errors import InputError, KernelError
 from axon.targets.trainium.hardware import get_target
 from axon.targets.trainium.perfmodel import Estimate, estimate, write_perfetto
@@ -142,7 +143,8 @@ def resolve_inputs(params: tuple[str, ...] | list[str], given: dict[str, Any], *
 
 
 def load_reference(ref: str | Callable) -> Callable:
-    """`FILE.py:FUNC` (a NumPy function taking the kernel's arrays by name) or a callable."""
+    """`FILE.py:FUNC` (a NumPy function taking the kernel's arrays by name, or an `@axon.program`
+    whose inputs are named like the kernel's parameters) or a callable."""
     if callable(ref):
         return ref
     path, _, func = str(ref).rpartition(":")
@@ -171,42 +173,64 @@ def _as_list(value) -> list[np.ndarray]:
     return [np.asarray(value)]
 
 
-def _eps(dtype: np.dtype) -> float:
-    if np.issubdtype(dtype, np.integer):
-        return 0.0
+def _float_dtypes(arrays) -> list[np.dtype]:
+    return [a.dtype for a in arrays if a.dtype.kind == "V" or a.dtype.kind == "f"]
+
+
+def _precision(inputs: list[np.ndarray], outputs: list[np.ndarray]) -> Precision:
+    """An opaque kernel's precision model: its outputs' dtypes; intermediates in the narrowest float
+    dtype it touches (it may keep any of them there); accumulation in float32 (PSUM, and the
+    engines compute in float32)."""
+    floats = _float_dtypes(inputs + outputs)
+    mid = max(floats, key=unit_roundoff, default=np.dtype(np.float32))
+    return Precision(tuple(o.dtype.name for o in outputs), mid.name)
+
+
+def _magnitude(fn, args: dict):
+    """f(|x|): for a multilinear f (a matmul, a sum) the sum of its terms' magnitudes; None where f
+    does not take it (the bound then uses |ref| alone)."""
     try:
-        return float(np.finfo(dtype).eps)
-    except (TypeError, ValueError):
-        import ml_dtypes
+        with np.errstate(all="ignore"):
+            return _as_list(fn(**{n: np.abs(_widen(a)) if isinstance(a, np.ndarray) else a for n, a in args.items()}))
+    except Exception:  # noqa: BLE001 - a reference need not accept absolute values
+        return None
 
-        return float(ml_dtypes.finfo(dtype).eps)
 
+def reference_check(fn, args: dict, outputs, *, reduction_length: int | None = None, roundings: int = 1) -> Check:
+    """Compare a kernel's outputs with reference `fn` under per-element error bounds
+    (axon.semantics.bounds). An `@axon.program` reference gets the forward error analysis of its
+    graph (any intermediate possibly in the kernel's narrowest dtype); a NumPy function the bound
+    of an opaque function: K = `reduction_length` (default the largest input dimension, which
+    bounds a reduction along one axis; give it for reductions over several axes), R = `roundings`,
+    C = the float inputs wider than the narrowest dtype (the kernel may narrow them)."""
+    from axon.frontend.program import Program
 
-def check_outputs(outputs, expected) -> tuple[bool, float]:
-    """Compare kernel outputs with the reference's, elementwise:
-    |out - ref| <= rtol * |ref| + atol, with rtol = 4 eps and atol = 2 eps * max|ref| for the
-    output's dtype (eps at least 2.5e-6, so float32 tolerates accumulation-order differences):
-    a few roundings to the output precision, of the element and of partial sums on its scale."""
-    got, want = _as_list(outputs), _as_list(expected)
-    if len(got) != len(want):
-        raise InputError(f"kernel returned {len(got)} output(s), reference returned {len(want)}")
-    ok, worst = True, 0.0
-    for g, w in zip(got, want):
+    got = _as_list(outputs)
+    arrays = [a for a in args.values() if isinstance(a, np.ndarray)]
+    prec = _precision(arrays, got)
+    name = getattr(fn, "name", getattr(fn, "__name__", fn))
+    if isinstance(fn, Program):
+        missing = [n for n in fn.input_names if n not in args]
+        if missing:
+            raise InputError(f"reference program {fn.name} takes {', '.join(missing)}, which the kernel does not")
+        expected, tol = program_reference(fn.graph, {n: args[n] for n in fn.input_names}, prec)
+    else:
+        try:
+            expected = _as_list(fn(**{n: _widen(a) for n, a in args.items()}))
+        except Exception as exc:
+            raise KernelError(f"reference {name} failed: {type(exc).__name__}: {exc}") from None
+        magnitude = _magnitude(fn, args)
+        if magnitude is not None and [m.shape for m in magnitude] != [e.shape for e in expected]:
+            magnitude = None
+        K = reduction_length or max((max(a.shape, default=1) for a in arrays), default=1)
+        narrowed = sum(1 for d in _float_dtypes(arrays) if unit_roundoff(d) < prec.u("mid"))
+        tol = function_tolerance(expected, magnitude, prec, K, roundings, narrowed)
+    if len(got) != len(expected):
+        raise InputError(f"kernel returned {len(got)} output(s), reference returned {len(expected)}")
+    for g, w in zip(got, expected):
         if g.shape != w.shape:
             raise InputError(f"output shape {g.shape} differs from the reference's {w.shape}")
-        g64, w64 = g.astype(np.float64), w.astype(np.float64)
-        err = np.abs(g64 - w64)
-        if err.size == 0:
-            continue
-        if np.isnan(err).any():
-            ok, worst = False, float("nan")
-            continue
-        worst = max(worst, float(err.max()))
-        eps = max(_eps(g.dtype), 2.5e-6) if not np.issubdtype(g.dtype, np.integer) else 0.0
-        tol = 4 * eps * np.abs(w64) + 2 * eps * float(np.abs(w64).max())
-        if not np.all(err <= tol):
-            ok = False
-    return ok, worst
+    return compare(got, expected, tol)
 
 
 @dataclass(frozen=True)
@@ -217,6 +241,8 @@ class RunReport:
     outputs: Any
     reference_ok: bool | None
     max_abs_err: float | None
+    tolerance: dict | None = None  # the bound's formula and size (axon.semantics.bounds), when checked
+    max_err_over_bound: float | None = None  # at most 1 passes
     # on-chip capacity by liveness (simulator/liveness.py): peaks before spilling, and the spill
     # traffic the trace carries where the live set exceeded SBUF/PSUM
     sbuf_peak_bytes: int = 0
@@ -251,6 +277,8 @@ class RunReport:
             "uncosted_opcodes": list(e.uncosted_opcodes),
             "reference_ok": self.reference_ok,
             "max_abs_err": self.max_abs_err,
+            "max_err_over_bound": self.max_err_over_bound,
+            "tolerance": self.tolerance,
             "sbuf_peak_bytes": self.sbuf_peak_bytes,
             "psum_peak_bytes": self.psum_peak_bytes,
             "spill_bytes": self.spill_bytes,
@@ -281,9 +309,11 @@ def _load(kernel) -> Any:
 @sandboxed(kernel_label)  # a child process: keywords timeout_s, memory_mb, cpu_s (simulator/sandbox.py)
 def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool = False,
         reference: str | Callable | None = None, *, seed: int = 0, trace_path: str | Path | None = None,
-        npz: str | Path | None = None, args: dict[str, Any] | None = None,
-        grid: tuple[int, ...] | None = None, strict_capacity: bool = False) -> RunReport:
-    """Simulate `kernel` (a Kernel, a `FILE.py[:FUNC]` path, or source text) and estimate it.
+        npz: str | Path | None = None, reduction_length: int | None = None, roundings: int = 1,
+        args: dict[str, Any] | None = None, grid: tuple[int, ...] | None = None,
+        strict_capacity: bool = False) -> RunReport:
+    """Simulate `kernel` (a Kernel, a `FILE.py[:FUNC]` path, or source text) and estimate it; with
+    `reference`, check its outputs (`reference_check`, which takes `reduction_length`, `roundings`).
     `args` are scalar arguments (parameters with Python defaults keep them unless given); `grid`
     launches an SPMD kernel: every instance runs, in turn, on one NeuronCore, and the estimate
     schedules all their instructions as one stream. A live set larger than SBUF/PSUM is spilled
@@ -307,16 +337,16 @@ def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool 
             write_perfetto(est, trace_path)
         except OSError as err:
             raise InputError(f"cannot write trace {trace_path}: {err}") from None
-    ok = err = None
+    check = None
     if reference is not None and not timing_only:
-        fn = load_reference(reference)
-        try:
-            expected = fn(**{name: _widen(a) for name, a in args.items()})
-        except Exception as exc:
-            raise KernelError(f"reference {getattr(fn, '__name__', fn)} failed: {type(exc).__name__}: {exc}") from None
-        ok, err = check_outputs(result.outputs, expected)
+        check = reference_check(load_reference(reference), args, result.outputs,
+                                reduction_length=reduction_length, roundings=roundings)
     return RunReport(kernel=getattr(k, "name", str(kernel)), target=hw.name, estimate=est,
-                     outputs=None if timing_only else result.outputs, reference_ok=ok, max_abs_err=err,
+                     outputs=None if timing_only else result.outputs,
+                     reference_ok=None if check is None else check.ok,
+                     max_abs_err=None if check is None else check.max_abs_err,
+                     tolerance=None if check is None else check.tolerance,
+                     max_err_over_bound=None if check is None else check.worst_ratio,
                      sbuf_peak_bytes=result.sbuf_peak_bytes, psum_peak_bytes=result.psum_peak_bytes,
                      spill_bytes=result.spill_bytes, reload_bytes=result.reload_bytes,
                      spills=result.spills, reloads=result.reloads)

@@ -84,3 +84,17 @@ def test_errors_are_one_line(args, message):
 def test_missing_kernel_file():
     r = axon("no_such_kernel.py", *SMALL)
     assert r.returncode == 2 and "kernel file not found" in r.stderr
+
+
+def test_a_reference_check_prints_and_reports_its_tolerance():
+    r = axon(TUTORIAL / "tiled.py", *SMALL, "--reference", f"{TUTORIAL / 'reference.py'}:matmul",
+             "--reduction-length", "256")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("tolerance"))
+    assert "longest reduction 256" in line and "out bfloat16" in line and "median bound" in line
+    js = axon(TUTORIAL / "tiled.py", *SMALL, "--reference", f"{TUTORIAL / 'reference.py'}:matmul", "--json")
+    out = json.loads(js.stdout)
+    tol = out["tolerance"]
+    assert tol["method"] == "reference" and tol["longest_reduction"] == 512  # the largest input dimension
+    assert tol["dtypes"] == {"out": ["bfloat16"], "mid": "bfloat16", "acc": "float32"}
+    assert 0 < out["max_err_over_bound"] <= 1 and tol["bound_median"] > 0

@@ -1,0 +1,133 @@
+"""The numerical check of one candidate: which rows run, against what reference, at what tolerance.
+
+A candidate runs with seeded random inputs; its outputs are compared, element by element, with the
+float64 reference of the variant it implements, under the bounds floating-point error analysis
+gives a kernel with its own roundings (axon.semantics.bounds; the values it keeps in the kernel's
+dtype from tiling.build.narrow_values): a candidate is held to what its precision and its passes
+allow, so no correct candidate fails, and its report says how wide that was.
+
+When the whole case costs more multiply-adds than the check budget, the candidate's own full-size
+kernel is emitted with its row loop restricted to some row blocks (KernelBuilder `rows`): the
+first, the last, and blocks spread evenly between, as many as the budget allows and at least two.
+A checked block is a multiple of every pass's row block, so each pass computes exactly the rows
+the next one reads; the code and HBM addressing are the full kernel's. Rows are independent (every
+computed value of a kernel carries the row dimension at axis -2: fusion.nodes.RowWorld), so the
+reference is the program on the inputs' same rows. Every pass's row tile divides the row count
+(tiling.space), so no row tile is partial; column edges (a shorter last column chunk or n tile)
+lie inside every checked row.
+
+Invariant: shared stage; the target is reached through `target.run` (select.check_candidate).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+from axon.errors import UnsupportedError
+from axon.fusion.nodes import RowWorld
+from axon.ir import Graph
+from axon.search.candidates import Candidate, emit, packed_world
+from axon.search.select import Check, check_candidate
+from axon.semantics.bounds import kernel_reference
+from axon.tiling.build import narrow_values
+
+MIN_BLOCKS = 2  # a partial check runs at least the first and the last row block
+
+
+@dataclass(frozen=True)
+class CheckedRows:
+    """The rows of a partial check, in the program's row dimension."""
+
+    dim: str
+    rows: int  # the dimension's size
+    block: int  # rows per checked block
+    ranges: tuple[tuple[int, int], ...]  # [start, stop) of the rows checked, merged where adjacent
+
+    @property
+    def checked(self) -> int:
+        return sum(e - s for s, e in self.ranges)
+
+    def describe(self) -> str:
+        spans = ", ".join(f"{s}:{e}" for s, e in self.ranges)
+        return (f"{self.dim} rows {spans} of {self.rows} ({self.checked // self.block} of {self.rows // self.block} "
+                f"blocks of {self.block} rows: the first, the last and spread between)")
+
+    def to_json(self) -> dict:
+        return {"dim": self.dim, "of": self.rows, "block": self.block, "ranges": [list(r) for r in self.ranges]}
+
+
+def plan_rows(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: float,
+              budget: float) -> Optional[CheckedRows]:
+    """None when the whole case fits the budget of multiply-adds (or has a single block); else the
+    row blocks to check: evenly spread, first and last included, as many as the budget allows."""
+    if macs <= budget:
+        return None
+    dim = _row_symbol(graph)
+    world, g, wsizes = packed_world(graph, cand.options.packed, sizes)
+    rows_w = world.row.evaluate_int(wsizes)  # in the kernel's (packed) rows
+    unit = math.lcm(*(p.tiling.row_tile * p.tiling.row_block for p in cand.passes))
+    n = rows_w // unit
+    k = min(n, max(MIN_BLOCKS, int(budget / (macs * unit / rows_w))))
+    if k >= n:
+        return None
+    picked = sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+    ranges: list[list[int]] = []
+    for b in picked:  # program rows: g of them per packed row
+        s, e = b * unit * g, (b + 1) * unit * g
+        if ranges and ranges[-1][1] == s:
+            ranges[-1][1] = e
+        else:
+            ranges.append([s, e])
+    return CheckedRows(dim, sizes[dim], unit * g, tuple((s, e) for s, e in ranges))
+
+
+def _row_symbol(graph: Graph) -> str:
+    row = RowWorld.of(graph).row
+    terms = row.terms
+    if len(terms) != 1 or len(terms[0][0]) != 1 or terms[0][1] != 1:
+        raise UnsupportedError(f"the full-size check is too large and the row dimension {row} is not one symbol "
+                               "to check part of")
+    return terms[0][0][0]
+
+
+def _row_axis(shape, row) -> Optional[int]:
+    axes = [i for i, d in enumerate(shape) if d == row]
+    if len(axes) > 1:
+        raise UnsupportedError(f"a tensor of shape {shape} has the row dimension on several axes")
+    return axes[0] if axes else None
+
+
+def _take(array: np.ndarray, axis: Optional[int], rows: CheckedRows) -> np.ndarray:
+    if axis is None:
+        return array
+    return np.concatenate([np.take(array, np.arange(s, e), axis=axis) for s, e in rows.ranges], axis=axis)
+
+
+def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, int], dtype: str, lowerer,
+          data: Mapping[str, np.ndarray], rows: Optional[CheckedRows]) -> Check:
+    """Run `cand` (its kernel, or its kernel on `rows` only) on `data` against the reference of
+    `graph` (the variant it implements) under the bounds of its own precision model."""
+    world, g, wsizes = packed_world(graph, cand.options.packed, sizes)
+    narrow = narrow_values(cand.passes, cand.options)
+    row = RowWorld.of(graph).row
+    in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
+    out_axes = [_row_axis(o.shape, row) for o in graph.outputs]
+    ref_in = dict(data) if rows is None else {k: _take(v, in_axes[k], rows) for k, v in data.items()}
+    # the reference's sizes: the checked rows, and the packed views' symbols over them
+    _, _, binding = packed_world(graph, g, sizes if rows is None else {**sizes, rows.dim: rows.checked})
+    if g > 1:  # the packed graph computes on [m/g, g*c] views of the same rows
+        ref_in = {k: v.reshape(v.shape[0] // g, -1) for k, v in ref_in.items()}
+    want, tol = kernel_reference(world.graph, ref_in, dtype, narrow, binding)
+    if g > 1:
+        want = tuple(w.reshape(w.shape[0] * g, -1) for w in want)
+        tol = tol.reshaped([w.shape for w in want])
+    source = cand.source
+    outputs_of = None
+    if rows is not None:
+        block_rows = tuple((s // g, e // g) for s, e in rows.ranges)
+        source = emit(name, target, world, cand, wsizes, dtype, lowerer, rows=block_rows)
+        outputs_of = lambda outs: [_take(np.asarray(o), a, rows) for o, a in zip(outs, out_axes)]
+    return check_candidate(target, source, dict(data), want, tol, outputs_of)

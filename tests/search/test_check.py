@@ -1,0 +1,103 @@
+"""The numerical check of a candidate (search.check): over the budget, the full-size kernel runs on
+row blocks spread over the output (first and last included), its rows are the full kernel's,
+a wrong checked block fails, and optimize reports which rows it checked at what tolerance."""
+import importlib
+
+import numpy as np
+import pytest
+
+from axon.search.candidates import Counts, direct_lowering, enumerate_candidates
+from axon.search.check import CheckedRows, check, plan_rows
+from axon.search.lowering import Lowerer
+from axon.search.roofline import matmul_macs
+from axon.search.select import check_candidate
+from axon.semantics.bounds import kernel_reference
+from axon.suite import SUITE
+from axon.targets.trainium.target import TrainiumTarget
+
+TRN2 = TrainiumTarget("trn2")
+MATMUL = SUITE["matmul"].program
+SIZES = {"m": 4096, "k": 128, "n": 512}
+
+
+@pytest.fixture(scope="module")
+def direct():
+    cand = direct_lowering("matmul", MATMUL.graph, SIZES, TRN2, "bfloat16", Lowerer(TRN2))
+    assert [p.tiling.row_tile * p.tiling.row_block for p in cand.passes] == [128]  # 32 blocks of 128 rows
+    return cand
+
+
+def test_the_plan_spreads_blocks_over_the_rows_first_and_last_included(direct):
+    macs = matmul_macs(MATMUL.graph, SIZES)
+    assert plan_rows(MATMUL.graph, direct, SIZES, macs, budget=macs) is None  # all rows fit the budget
+    two = plan_rows(MATMUL.graph, direct, SIZES, macs, budget=1.0)  # below one block: still first and last
+    assert two == CheckedRows("m", 4096, 128, ((0, 128), (3968, 4096)))
+    five = plan_rows(MATMUL.graph, direct, SIZES, macs, budget=macs * 5 / 32)
+    assert [s // 128 for s, _ in five.ranges] == [0, 8, 16, 23, 31] and five.checked == 5 * 128
+    assert "5 of 32 blocks of 128 rows" in five.describe()
+
+
+def test_a_partial_check_computes_the_full_kernels_rows_and_passes(direct):
+    data = MATMUL.random_inputs(SIZES, "bfloat16", seed=4)
+    rows = plan_rows(MATMUL.graph, direct, SIZES, matmul_macs(MATMUL.graph, SIZES), budget=3 * 128 * 128 * 512)
+    result = check(TRN2, "matmul", MATMUL.graph, direct, SIZES, "bfloat16", Lowerer(TRN2), data, rows)
+    assert result.ok and result.tolerance["elements"] == rows.checked * 512
+    full = TRN2.run(direct.source, data, timing_only=False).outputs[0]
+    from axon.search.candidates import emit
+    from axon.search.candidates import packed_world
+
+    world, _, wsizes = packed_world(MATMUL.graph, 1, SIZES)
+    part_src = emit("matmul", TRN2, world, direct, SIZES, "bfloat16", Lowerer(TRN2), rows=rows.ranges)
+    assert "i_rb = (0, 16, 31)[i_rb_k]  # 3 of 32 iterations" in part_src
+    part = TRN2.run(part_src, data, timing_only=False, partial=True).outputs[0]
+    inside = np.zeros(4096, bool)
+    for s, e in rows.ranges:
+        inside[s:e] = True
+    assert np.array_equal(np.asarray(part[inside], np.float32), np.asarray(full[inside], np.float32))
+    assert np.isnan(np.asarray(part[~inside], np.float32)).all()  # never written
+
+
+def test_a_kernel_that_misses_a_checked_block_fails(direct):
+    data = MATMUL.random_inputs(SIZES, "bfloat16", seed=5)
+    rows = plan_rows(MATMUL.graph, direct, SIZES, matmul_macs(MATMUL.graph, SIZES), budget=1.0)
+    from axon.search.candidates import emit, packed_world
+
+    world, _, _ = packed_world(MATMUL.graph, 1, SIZES)
+    src = emit("matmul", TRN2, world, direct, SIZES, "bfloat16", Lowerer(TRN2), rows=rows.ranges)
+    wrong = src.replace("i_rb = (0, 31)[i_rb_k]", "i_rb = (0, 30)[i_rb_k]")  # the last block's rows not written
+    assert wrong != src
+    sliced = {k: (v[np.r_[0:128, 3968:4096]] if k == "x" else v) for k, v in data.items()}
+    want, tol = kernel_reference(MATMUL.graph, sliced, "bfloat16")
+    take = lambda outs: [np.asarray(outs[0])[np.r_[0:128, 3968:4096]]]
+    assert check_candidate(TRN2, src, data, want, tol, take).ok
+    bad = check_candidate(TRN2, wrong, data, want, tol, take)
+    assert not bad.ok and bad.failed == 128 * 512 and bad.worst[1][0] >= 128
+
+
+def test_a_packed_candidates_partial_check_runs_whole_packed_blocks():
+    b = SUITE["rope"]
+    sizes = {"m": 2048, "h": 256}
+    lowerer = Lowerer(TRN2)
+    cands = enumerate_candidates("rope", [(b.program.graph, ())], sizes, TRN2, "bfloat16", lowerer, Counts())
+    cand = next(c for c in cands if c.options.packed == 8 and c.passes[0].tiling.row_block == 1)
+    # packing leaves few blocks (256 packed rows: 2), so a plan checks them all ...
+    assert plan_rows(b.program.graph, cand, sizes, macs=1e9, budget=1.0) is None
+    # ... and a hand-made one checks the last: program rows 1024:2048, packed rows 128:256
+    rows = CheckedRows("m", 2048, 128 * 8, ((1024, 2048),))
+    data = b.program.random_inputs(sizes, "bfloat16", seed=7)
+    result = check(TRN2, "rope", b.program.graph, cand, sizes, "bfloat16", lowerer, data, rows)
+    assert result.ok, result.explain()
+    assert result.tolerance["elements"] == 2 * 1024 * 256
+
+
+def test_optimize_checks_row_blocks_over_the_budget_and_says_which(monkeypatch, tmp_path):
+    monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
+    optimize_module = importlib.import_module("axon.search.optimize")
+    monkeypatch.setattr(optimize_module, "FULL_CHECK_MACS", 4 * 128 * 128 * 512)
+    r = optimize_module.optimize("matmul", SIZES, budget_s=5)
+    rows = r.checked["rows"]
+    assert rows["dim"] == "m" and rows["of"] == 4096
+    assert rows["ranges"][0][0] == 0 and rows["ranges"][-1][1] == 4096 and len(rows["ranges"]) >= 2
+    assert "PART of the rows" in r.check and "the first, the last" in r.check
+    assert r.checked["tolerance"]["method"] == "program" and r.checked["max_err_over_bound"] <= 1
+    assert r.to_json()["best"]["checked"] == r.checked
