@@ -13,7 +13,7 @@ from axon.targets.trainium.trace import Engine
 
 from . import dtypes
 from .operands import (PSUM, SBUF, and_init, as_tile, check_layout, dst_tile, dtype_of, engine_of,
-                       finish, free_size, onchip, read)
+                       finish, free_size, holds_data, onchip, read)
 
 
 def nc_matmul(ctx, dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
@@ -52,8 +52,7 @@ def nc_matmul(ctx, dst, stationary, moving, is_stationary_onezero=False, is_movi
         raise KernelError(f"nisa.nc_matmul: the result ({reg.b_stop - reg.b_start} bytes per "
                           f"partition at offset {reg.b_start}) must fit in one {bank}-byte PSUM bank")
     if accumulate is None:  # the first matmul into a PSUM location overwrites, later ones add
-        ini = out.initialised()
-        accumulate = not fresh and (ini is None or bool(ini.all()))
+        accumulate = not fresh and holds_data(out, everywhere=True)
     sv, si = read(ctx, st, op, "stationary")
     mvv, mi = read(ctx, mv, op, "moving")
     reads = (st.region(), mv.region()) + ((reg,) if accumulate else ())

@@ -513,8 +513,7 @@ def iadd(ctx, target: Tile, value, op=None):
             and value.producer.opcode == "nc_matmul" and target.buf.memory is PSUM
             and _can_retarget(value, target)):
         # the first matmul of an accumulation group into a never-written PSUM tile overwrites it
-        ini = target.initialised()
-        _retarget(ctx, value, target, accumulate=ini is None or bool(ini.any()))
+        _retarget(ctx, value, target, accumulate=operands.holds_data(target, everywhere=False))
     else:
         binary(ctx, op, target, value, dst=target)
     target.iadd = True

@@ -104,6 +104,19 @@ def check_init(t: Tile, opcode: str, what: str, mask=None):
                           f"data: {what} was never written")
 
 
+def holds_data(t: Tile, everywhere: bool) -> bool:
+    """Whether `t` already holds written data (everywhere, or anywhere): what decides whether a
+    matmul with `accumulate=None` adds to PSUM or overwrites it. Timing-only mode tracks
+    initialisation per buffer, so there a tile holds data once its buffer was written; an
+    untracked `initialised()` (None) must not be read as "all written" before that."""
+    if t.buf.ctx.timing_only:
+        return t.buf.written
+    ini = t.initialised()
+    if ini is None:
+        return True
+    return bool(ini.all()) if everywhere else bool(ini.any())
+
+
 def read(ctx, t: Tile, opcode: str, what: str, mask=None):
     """(float32 values or None in timing-only mode, initialised-mask or None)."""
     check_init(t, opcode, what, mask)
