@@ -66,6 +66,36 @@ class Program:
     def __repr__(self) -> str:
         return f"<axon.Program {self.signature()}>"
 
+    def generalized(self) -> tuple["Program", dict[str, int]]:
+        """This program with its literal dimensions named (`x=("m", 4096)` becomes `x=("m", "n4096")`)
+        and the values of those names. Rewrites and instruction sequences are proved for every size
+        of a named dimension, so they hold at the literal; the synthesizer also checks its sketches
+        at small sizes, which a literal 4096 forbids. A literal that the program needs as such (a
+        reshape into 64 x 64, say) keeps its value: the program retraces without it."""
+        literals = sorted({d for dims in self.input_dims.values() for d in dims if _is_literal(d)})
+        names, taken = {}, set(self.dims)
+        for value in literals:
+            name = f"n{value}"
+            while name in taken:
+                name = "_" + name
+            names[value] = name
+            taken.add(name)
+        general = self._named(names)
+        if general is None:  # some literal is needed as such: name the others, one at a time
+            kept = {}
+            for value, name in names.items():
+                if self._named({**kept, value: name}):
+                    kept[value] = name
+            names, general = kept, (self._named(kept) if kept else None)
+        return (general, {n: v for v, n in names.items()}) if general else (self, {})
+
+    def _named(self, names: dict[int, str]) -> Optional["Program"]:
+        dims = {k: tuple(names.get(d, d) if _is_literal(d) else d for d in v) for k, v in self.input_dims.items()}
+        try:
+            return Program(self.fn, dims, name=self.name)
+        except (ShapeError, UnsupportedError):
+            return None
+
     # -- evaluation -----------------------------------------------------------------------
     def bind(self, *args, **kwargs) -> dict[str, np.ndarray]:
         """Map positional/keyword arrays to input names, checking dtypes."""
@@ -137,6 +167,10 @@ class InputShape:
 
     shape: tuple[int, ...]
     dtype: np.dtype
+
+
+def _is_literal(dim) -> bool:
+    return isinstance(dim, int) and not isinstance(dim, bool)
 
 
 def _parse_dim(program_name: str, input_name: str, dim) -> Size:

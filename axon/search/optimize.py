@@ -134,7 +134,9 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     `fusion=False` gives every operator its own pass (tiling and layout are still searched)."""
     say = progress or (lambda s: None)
     prog, bench = resolve_program(program)
-    sizes = resolve_sizes(prog, bench, sizes)
+    given = sizes = resolve_sizes(prog, bench, sizes)
+    prog, named = prog.generalized()  # literal dimensions searched as named ones bound to their value
+    sizes = {**sizes, **named}
     dtype_named(dtype)
     if dtype not in ("float32", "bfloat16", "float16"):
         raise UnsupportedError(f"dtype {dtype} is not supported by the kernels Axon emits (float32, bfloat16, float16)")
@@ -231,7 +233,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     t_selection = time.perf_counter() - t1
     rows = check_rows[cand.key]
     result = OptimizeResult(
-        benchmark=prog.name, target=tgt.name, sizes=sizes, dtype=dtype, kernel_source=cand.source,
+        benchmark=prog.name, target=tgt.name, sizes=given, dtype=dtype, kernel_source=cand.source,
         latency_ns=t.latency_ns, roofline_ns=roofline.ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
         tiling=cand.tiling(), fusion=cand.fusion, baseline_latency_ns=base_t.latency_ns,
         candidates={"generated": generated, "distinct_kernels": len(cands),

@@ -1,0 +1,56 @@
+"""Literal dimensions (`x=("m", 4096)`): the reference, verify and optimize accept them alike.
+Optimize searches the program with each literal named and bound to its value."""
+import numpy as np
+import pytest
+
+import axon
+from axon.search.optimize import optimize
+
+
+@pytest.fixture(autouse=True)
+def _no_home_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_literals_become_named_dimensions_bound_to_their_value():
+    @axon.program(q=("s", 128), k=("t", 128), w=(128, 64))
+    def f(q, k, w):
+        return (q @ k.T) @ (k @ w)
+
+    general, named = f.generalized()
+    assert named == {"n128": 128, "n64": 64}
+    assert [str(d) for d in general.graph.inputs[2].shape] == ["n128", "n64"]
+    rng = np.random.default_rng(0)
+    arrays = {"q": rng.standard_normal((4, 128)), "k": rng.standard_normal((5, 128)),
+              "w": rng.standard_normal((128, 64))}
+    np.testing.assert_array_equal(general(**arrays), f(**arrays))
+
+
+def test_a_literal_the_program_needs_keeps_its_value():
+    @axon.program(x=("m", 12), y=("m", 5))
+    def f(x, y):
+        return x.reshape(("m", 3, 4)).sum(axis=-1), y * 2.0  # the 12 must stay 12 for the reshape
+
+    general, named = f.generalized()
+    assert named == {"n5": 5}
+    assert [str(d) for d in general.graph.inputs[0].shape] == ["m", "12"]
+
+
+def test_a_new_name_does_not_clash_with_the_programs_own():
+    @axon.program(x=("n8", 8))
+    def f(x):
+        return x * 2.0
+
+    _, named = f.generalized()
+    assert named == {"_n8": 8}
+
+
+def test_optimize_a_program_with_a_literal_dimension():
+    @axon.program(x=("m", 256))
+    def square(x):
+        return x * x
+
+    r = optimize(square, {"m": 128}, dtype="float32")
+    assert r.sizes == {"m": 128}  # the user's sizes, not the internal names
+    assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
+    assert r.latency_ns <= r.baseline_latency_ns
