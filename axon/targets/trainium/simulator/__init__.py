@@ -142,6 +142,15 @@ def _locate(exc: BaseException, path: str) -> int | None:
     return line
 
 
+def _stopped(exc: BaseException, where: str) -> KernelError | None:
+    """A kernel that exits the interpreter or runs out of time: an error, never a success."""
+    if isinstance(exc, SystemExit):
+        return KernelError(f"{where}: the kernel exits the interpreter (SystemExit({exc.code!r}))")
+    if isinstance(exc, _Timeout):
+        return KernelError(f"{where}: {exc.args[0] if exc.args else 'timed out'}")
+    return None
+
+
 def _kernel_error(exc: BaseException, path: str) -> KernelError:
     line = _locate(exc, path)
     where = f"{path}:{line}" if line is not None else path
@@ -150,12 +159,11 @@ def _kernel_error(exc: BaseException, path: str) -> KernelError:
         if msg.startswith(path + ":"):
             return exc
         return KernelError(f"{where}: {msg}")
-    if isinstance(exc, _Timeout):
-        return KernelError(f"{where}: {exc.args[0]}")
+    stopped = _stopped(exc, where)
+    if stopped is not None:
+        return stopped
     if isinstance(exc, RecursionError):
         return KernelError(f"{where}: recursion too deep")
-    if isinstance(exc, SystemExit):
-        return KernelError(f"{where}: the kernel exits the interpreter (SystemExit({exc.code!r}))")
     detail = str(exc)
     kind = type(exc).__name__
     return KernelError(f"{where}: {kind}{': ' + detail if detail else ''}")

@@ -126,7 +126,7 @@ def _limit_child(lim: Limits, path: str) -> None:
 def _error_message(exc: BaseException, label: str, path: str | None, lim: Limits):
     """What the child sends for a failure: an AxonError to raise as it is, or (type name, text,
     traceback text) for a bug outside the kernel."""
-    from . import _Timeout, _locate
+    from . import _locate, _stopped
 
     line = _locate(exc, path) if path else None
     where = f"{path}:{line}" if line is not None else label
@@ -135,10 +135,9 @@ def _error_message(exc: BaseException, label: str, path: str | None, lim: Limits
         return KernelError(f"{text} (over the {lim.memory_mb:g} MB memory limit)")
     if isinstance(exc, AxonError):
         return exc
-    if isinstance(exc, SystemExit):
-        return KernelError(f"{where}: the kernel exits the interpreter (SystemExit({exc.code!r}))")
-    if isinstance(exc, _Timeout):
-        return KernelError(f"{where}: {exc.args[0] if exc.args else 'timed out'}")
+    stopped = _stopped(exc, where)
+    if stopped is not None:
+        return stopped
     if isinstance(exc, KeyboardInterrupt):
         return KernelError(f"{label}: interrupted")
     return (type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
