@@ -224,6 +224,12 @@ class Tensor:
         return result
 
     # -- what a traced value cannot do ----------------------------------------------------
+    def __getattr__(self, name):  # only reached for names a Tensor does not have
+        if name.startswith("__"):
+            raise AttributeError(name)
+        _unsupported(f"tensor method .{name}", "tensors have .sum, .max, .mean, .cumsum, .transpose, .T, "
+                     ".reshape, .shape, .ndim and slicing")
+
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         _unsupported(f"NumPy function np.{ufunc.__name__}", "use axon's function of that name (e.g. axon.exp)")
 

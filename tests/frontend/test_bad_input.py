@@ -23,6 +23,7 @@ def trace(dims, fn):
     ({"x": ("m", "k")}, lambda x: x[::-1], UnsupportedError, ["slice bound -1"]),
     ({"x": ("m", "k")}, lambda x: x if x > 0 else x, UnsupportedError, ["comparison"]),
     ({"x": ("m", "k")}, lambda x: x ** 3, UnsupportedError, ["x ** 3"]),
+    ({"x": ("m", "k")}, lambda x: x.argmax(axis=-1), UnsupportedError, ["tensor method .argmax", "test_bad_input.py:"]),
     ({"x": ("m", "k")}, lambda x: x + np.ones(3), UnsupportedError, []),
     ({"x": ("m", "k")}, lambda x: "no tensor", UnsupportedError, ["must return traced tensors"]),
     ({"x": ("m", -1)}, lambda x: x, ShapeError, ["dimension -1"]),
