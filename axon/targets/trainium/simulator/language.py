@@ -35,6 +35,14 @@ class BufferKind:
     def __repr__(self):
         return f"nl.{self.name}"
 
+    def __eq__(self, other):  # `tensor.buffer == nl.sbuf`: a tile's buffer is its memory's name
+        if isinstance(other, str):
+            return other == self.memory.value
+        return self is other
+
+    def __hash__(self):
+        return hash(self.memory.value)
+
 
 BUFFERS = {"sbuf": BufferKind("sbuf", SBUF), "psum": BufferKind("psum", PSUM),
            "hbm": BufferKind("hbm", HBM), "shared_hbm": BufferKind("shared_hbm", HBM),
@@ -430,6 +438,8 @@ class TileSize:
         self.bn_stats_fmax = tiles.bn_stats_free_max
         self.psum_partition_bytes = mem.psum_bytes_per_partition
         self.sbuf_partition_bytes = mem.sbuf_bytes_per_partition
+        # "usable SBUF free dimension per partition, in bytes" despite its name [nl.tile_size docs]
+        self.total_available_sbuf_size = mem.sbuf_bytes_per_partition
 
 
 # ----- tile operators ------------------------------------------------------------------------

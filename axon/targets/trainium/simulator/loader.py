@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 import os
 import re
 import sys
@@ -27,6 +28,7 @@ import numpy as np
 from axon.errors import KernelError
 
 from . import dtypes, indexing, isa, language, ops
+from .memory import Tile
 
 
 class Jit:
@@ -57,6 +59,19 @@ def _unsupported(module_name):
     return __getattr__
 
 
+def _dst_first(name, impl, arity, args, kw) -> bool:
+    """Whether a current-API call without `dst=` passes dst as its first positional argument:
+    it passes more positional arguments than the beta-1 form takes, or read as a beta-1 call its
+    positional arguments would also be given by keyword (`nisa.activation(t, op=.., data=..)`).
+    A beta-1 memset starts with a shape, never a tile."""
+    if len(args) > arity:
+        return True
+    if name == "memset":
+        return bool(args) and isinstance(args[0], Tile)
+    params = list(inspect.signature(impl).parameters)[2:]  # after (ctx, dst)
+    return any(p in kw for p in params[:len(args)])
+
+
 def _isa_function(ctx, name, impl, beta1: bool):
     arity = isa.BETA1_POSITIONAL[name]
 
@@ -75,7 +90,7 @@ def _isa_function(ctx, name, impl, beta1: bool):
         def call(*args, **kw):
             if "dst" in kw:
                 return impl(ctx, kw.pop("dst"), *args, **kw)
-            if len(args) > arity:
+            if _dst_first(name, impl, arity, args, kw):
                 return impl(ctx, *args, **kw)
             if name == "memset":
                 return _memset_beta1(ctx, *args, **kw)
@@ -325,6 +340,24 @@ class _Missing(types.ModuleType):
         return (object,)
 
 
+def _importlib_for(importer: _Importer) -> types.ModuleType:
+    """`importlib` as the kernel's package sees it: `import_module` of the package's own modules
+    goes to `importer` (the hooked builtins, restored `sys.modules`) instead of Python's import
+    system, which would run them with the real builtins and leave them in `sys.modules`."""
+    import importlib
+    import importlib.util
+
+    m = types.ModuleType("importlib")
+    m.__dict__.update(importlib.__dict__)
+
+    def import_module(name, package=None):
+        absname = importlib.util.resolve_name(name, package) if name.startswith(".") else name
+        return importer.load(absname) if importer.owns(absname) else importlib.import_module(absname)
+
+    m.import_module = import_module
+    return m
+
+
 def make_builtins(mods: dict, importer: _Importer | None = None) -> dict:
     """A copy of the builtins whose __import__ resolves nki / neuronxcc names to `mods`, and the
     kernel's own package and sibling files to `importer`."""
@@ -337,6 +370,9 @@ def make_builtins(mods: dict, importer: _Importer | None = None) -> dict:
             if fromlist:
                 return mods[name]
             return mods[name.split(".")[0]]
+        if importer is not None and level == 0 and name.split(".")[0] == "importlib":
+            real = real_import(name, globals, locals, fromlist, level)
+            return real if fromlist and name != "importlib" else own_importlib
         if importer is not None and (level > 0 or importer.owns(name)):
             if level > 0:
                 package = (globals or {}).get("__package__") or ""
@@ -364,6 +400,7 @@ def make_builtins(mods: dict, importer: _Importer | None = None) -> dict:
                 raise
             return _Missing(name if fromlist else name.split(".")[0])
 
+    own_importlib = _importlib_for(importer) if importer is not None else None
     b = dict(builtins.__dict__)
     b["__import__"] = hooked_import
     if importer is not None:

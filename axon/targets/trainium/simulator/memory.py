@@ -160,6 +160,12 @@ class Tile:
         t.off = self.off
         return t
 
+    def ap(self, pattern, offset=0, **kw) -> "Tile":
+        """An explicit access pattern over this tensor (access.py)."""
+        from .access import access_pattern
+
+        return access_pattern(self, pattern, offset, **kw)
+
     def redirect(self, other: "Tile"):
         """Make this tile an alias of `other` (used when a fresh result is stored in place)."""
         self.buf, self.arr, self.ini, self.shape = other.buf, other.arr, other.ini, other.shape

@@ -47,11 +47,16 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _gelu_sigmoid(x):  # GELU's sigmoid approximation x * sigmoid(1.702 x) (Hendrycks & Gimpel)
+    return x * _sigmoid(np.float32(1.702) * x)
+
+
 UNARY = [
     Op("exp", np.exp, 1), Op("log", np.log, 1), Op("sqrt", np.sqrt, 1),
     Op("rsqrt", lambda x: 1.0 / np.sqrt(x), 1), Op("tanh", np.tanh, 1),
     Op("sigmoid", _sigmoid, 1), Op("relu", lambda x: np.maximum(x, 0), 1),
     Op("gelu", _gelu, 1), Op("gelu_apprx_tanh", _gelu_tanh, 1),
+    Op("gelu_apprx_sigmoid", _gelu_sigmoid, 1),
     Op("silu", lambda x: x * _sigmoid(x), 1), Op("square", np.square, 1),
     Op("abs", np.abs, 1), Op("negative", np.negative, 1), Op("sin", np.sin, 1),
     Op("cos", np.cos, 1), Op("tan", np.tan, 1), Op("arctan", np.arctan, 1),

@@ -1,0 +1,133 @@
+"""Kernels in the style of a current-API NKI kernel library (a package whose `__init__` imports
+its modules with importlib, access patterns `t.ap(...)`, dst-first ISA calls given by keyword,
+`tensor.buffer == nl.sbuf`, `nl.tile_size` constants) run unchanged and match NumPy."""
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from axon.errors import KernelError
+from axon.targets.trainium.hardware import TRN2
+from axon.targets.trainium.simulator import load_kernel, simulate, simulate_source
+
+NEW = "import nki\nimport nki.isa as nisa\nimport nki.language as nl\nimport numpy as np\n"
+RNG = np.random.default_rng(5)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def sim(body, **inputs):
+    return simulate_source(NEW + textwrap.dedent(body), "k", inputs)
+
+
+def test_package_init_importing_its_modules_with_importlib_stays_inside_the_load(tmp_path):
+    write(tmp_path / "lib" / "__init__.py", """
+        import importlib
+        import pkgutil
+        for _finder, _name, _ispkg in pkgutil.iter_modules(__path__):
+            importlib.import_module(f".{_name}", __name__)
+    """)
+    write(tmp_path / "lib" / "helpers.py", """
+        import nki.language as nl
+        SCALE = 2.0
+        ACT = nl.gelu_apprx_sigmoid
+    """)
+    k = write(tmp_path / "lib" / "ops.py", """
+        import nki
+        import nki.isa as nisa
+        import nki.language as nl
+        from .helpers import SCALE, ACT
+
+        @nki.jit
+        def act(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            u = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.activation(u, op=ACT, data=t, scale=SCALE)
+            nisa.dma_copy(dst=out, src=u)
+            return out
+    """)
+    x = RNG.uniform(-3, 3, (128, 64)).astype(np.float32)
+    got = simulate(load_kernel(str(k), "act"), {"x": x}).outputs
+    z = 2.0 * x
+    np.testing.assert_allclose(got, z / (1.0 + np.exp(-1.702 * z)), rtol=1e-5, atol=1e-6)
+    assert not [m for m in sys.modules if m == "lib" or m.startswith("lib.")]
+
+
+def test_access_pattern_reads_partitions_strided_and_broadcast():
+    r = sim("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            u = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.sbuf)
+            # columns 1, 5, 9, 13 (step 4), each repeated 8 times (step 0)
+            nisa.tensor_copy(dst=u, src=t.ap(pattern=[[32, 128], [4, 4], [0, 8]], offset=1))
+            nisa.dma_copy(dst=out, src=u)
+            return out
+    """, x=(x := RNG.standard_normal((128, 32)).astype(np.float32)))
+    want = np.broadcast_to(x[:, 1:17:4, None], (128, 4, 8))
+    np.testing.assert_array_equal(r.outputs, want)
+
+
+def test_access_pattern_writes_into_its_tensor_and_on_hbm():
+    r = sim("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.memset(t, value=0.0)
+            # the first 8 rows of x land in the odd columns of t, transposed through HBM's ap
+            nisa.dma_copy(dst=t.ap(pattern=[[16, 128], [2, 8]], offset=1),
+                          src=x.ap(pattern=[[1, 128], [128, 8]]))
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, x=(x := RNG.standard_normal((8, 128)).astype(np.float32)))
+    want = np.zeros((128, 16), np.float32)
+    want[:, 1::2] = x.T
+    np.testing.assert_array_equal(r.outputs, want)
+
+
+@pytest.mark.parametrize("pattern, offset, message", [
+    ("[[32, 128], [1, 33]]", 0, "reaches elements"),
+    ("[[64, 64], [1, 32]]", 0, "partition step 64"),
+    ("[[32, 128], [1, 32]]", 0, "reinterpret cast"),
+])
+def test_bad_access_patterns_fail_with_the_kernel_line(pattern, offset, message):
+    dtype = ", dtype=nl.int32" if message == "reinterpret cast" else ""
+    with pytest.raises(KernelError, match=message) as err:
+        sim(f"""
+            @nki.jit
+            def k(x):
+                t = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=x)
+                v = t.ap(pattern={pattern}, offset={offset}{dtype})
+                return x
+        """, x=np.zeros((128, 32), np.float32))
+    assert str(err.value).startswith("<kernel>:10: ap(")
+
+
+def test_buffer_compares_with_nl_buffers_and_tile_size_constants():
+    r = sim("""
+        @nki.jit
+        def k(x):
+            t = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.sbuf)
+            out = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+            flags = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(flags, value=0)
+            nisa.memset(flags[0:1, 0:1], value=int(t.buffer == nl.sbuf))
+            nisa.memset(flags[0:1, 1:2], value=int(x.buffer != nl.sbuf))
+            nisa.memset(flags[0:1, 2:3], value=int(t.buffer == nl.psum))
+            nisa.memset(flags[0:1, 3:4], value=nl.tile_size.total_available_sbuf_size)
+            nisa.dma_copy(dst=out, src=flags)
+            return out
+    """, x=np.zeros((128, 4), np.float32))
+    assert r.outputs.tolist() == [[1, 1, 0, TRN2.memory.sbuf_bytes_per_partition]]
