@@ -131,3 +131,56 @@ def test_buffer_compares_with_nl_buffers_and_tile_size_constants():
             return out
     """, x=np.zeros((128, 4), np.float32))
     assert r.outputs.tolist() == [[1, 1, 0, TRN2.memory.sbuf_bytes_per_partition]]
+
+
+def test_nkiobject_dataclass_takes_plain_class_attributes_and_defaults_annotated_ones_to_none(tmp_path):
+    k = write(tmp_path / "sections.py", """
+        from dataclasses import dataclass
+        import nki
+        import nki.isa as nisa
+        import nki.language as nl
+
+        @dataclass
+        class Section(nl.NKIObject):
+            index = None
+            offset = 0
+            rows: int
+
+        @nki.jit
+        def k(x):
+            s = Section(index=1, offset=64)
+            assert s.rows is None and Section().offset == 0
+            out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[:, s.offset * s.index:s.offset * (s.index + 1)])
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """)
+    x = RNG.standard_normal((128, 128)).astype(np.float32)
+    np.testing.assert_array_equal(simulate(load_kernel(str(k), "k"), {"x": x}).outputs, x[:, 64:])
+
+
+@pytest.mark.parametrize("shape, perm", [((8, 4, 16), (2, 1, 0)), ((16, 1, 3, 8), (3, 1, 2, 0))])
+def test_dma_transpose_of_3d_and_4d_access_patterns(shape, perm):
+    out_shape = tuple(shape[a] for a in perm)
+    r = sim(f"""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray({out_shape}, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray({out_shape}, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=t, src=x, axes={perm})
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, x=(x := RNG.standard_normal(shape).astype(np.float32)))
+    np.testing.assert_array_equal(r.outputs, x.transpose(perm))
+
+
+def test_dma_transpose_refuses_axes_the_dma_engine_does_not_perform():
+    with pytest.raises(KernelError, match=r"transposes only as \(2, 1, 0\)"):
+        sim("""
+            @nki.jit
+            def k(x):
+                t = nl.ndarray((4, 8, 16), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=t, src=x, axes=(1, 0, 2))
+                return x
+        """, x=np.zeros((8, 4, 16), np.float32))

@@ -31,12 +31,13 @@ def _contiguous_bytes(t: Tile) -> int:
     return run
 
 
-def dma(ctx, dst, src, opcode="dma_copy", api="nisa.dma_copy", mask=None, transpose=False):
-    """One DMA transfer dst <- src (both are views; either may be in HBM, SBUF or PSUM)."""
+def dma(ctx, dst, src, opcode="dma_copy", api="nisa.dma_copy", mask=None, transpose=None):
+    """One DMA transfer dst <- src (both are views; either may be in HBM, SBUF or PSUM);
+    `transpose`: the permutation of src's axes that dst holds (dst axis i is src axis perm[i])."""
     as_tile(src, "src", opcode)
     as_tile(dst, "dst", opcode)
-    expect = tuple(reversed(src.shape)) if transpose else src.shape
-    if math.prod(dst.shape) != math.prod(expect) or (transpose and len(src.shape) != 2):
+    expect = tuple(src.shape[a] for a in transpose) if transpose else src.shape
+    if math.prod(dst.shape) != math.prod(expect) or (transpose and dst.shape != expect):
         raise KernelError(f"{api}: dst has shape {dst.shape}, src has shape {src.shape}")
     for t, what in ((src, "src"), (dst, "dst")):
         if t.buf.memory is not HBM:
@@ -64,16 +65,16 @@ def dma(ctx, dst, src, opcode="dma_copy", api="nisa.dma_copy", mask=None, transp
     ins = ctx.emit(opcode, Engine.DMA, part, free_size(dst.shape), src.dtype, (srcreg,), (dstreg,),
                    {"api": api, "src": src.buf.memory.value, "dst": dst.buf.memory.value,
                     "chunk_bytes": _contiguous_bytes(src if src.buf.memory is HBM else dst),
-                    "transpose": transpose},
+                    "transpose": bool(transpose)},
                    dma_bytes=nbytes, hbm_bytes=hbm)
     vals = None
     if not ctx.timing_only:
         vals = src.values()
-        vals = vals.T if transpose else vals.reshape(dst.shape) if vals.shape != dst.shape else vals
+        vals = vals.transpose(transpose) if transpose else vals.reshape(dst.shape) if vals.shape != dst.shape else vals
     else:
         src.buf.read_since_write = True
     if ini is not None:
-        ini = ini.T if transpose else ini.reshape(dst.shape)
+        ini = ini.transpose(transpose) if transpose else ini.reshape(dst.shape)
     if vals is not None and vals.dtype != dst.dtype:
         if dst.buf.memory is HBM or src.buf.memory is HBM:
             if not (dtypes.is_float(vals.dtype) and dtypes.is_float(dst.dtype)):
@@ -87,12 +88,22 @@ def dma_copy(ctx, dst, src, mask=None, dge_mode=None, oob_mode=None, name=None, 
     return dst
 
 
+# The permutations a DMA transpose performs, by rank of src: the only ones `axes` may name
+# [nki.isa.dma_transpose docs].
+_DMA_TRANSPOSES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
 def dma_transpose(ctx, dst, src, axes=None, mask=None, dge_mode=None, name=None, **_):
+    as_tile(src, "src", "dma_transpose")
+    perm = _DMA_TRANSPOSES.get(len(src.shape))
+    if perm is None:
+        raise KernelError(f"nisa.dma_transpose: src must be 2-D, 3-D or 4-D, got shape {src.shape}")
+    if axes is not None and tuple(axes) != perm:
+        raise KernelError(f"nisa.dma_transpose: axes {tuple(axes)} on a {len(src.shape)}-D src; "
+                          f"the DMA engine transposes only as {perm}")
     if dst is None:
-        if len(src.shape) != 2:
-            raise KernelError("nisa.dma_transpose: src must be 2-D")
-        dst, _ = dst_tile(ctx, None, tuple(reversed(src.shape)), src.dtype, SBUF, "dma_transpose")
-    dma(ctx, dst, src, "dma_transpose", "nisa.dma_transpose", mask, transpose=True)
+        dst, _ = dst_tile(ctx, None, tuple(src.shape[a] for a in perm), src.dtype, SBUF, "dma_transpose")
+    dma(ctx, dst, src, "dma_transpose", "nisa.dma_transpose", mask, transpose=perm)
     return dst
 
 

@@ -397,7 +397,23 @@ class iinfo:
 
 
 class NKIObject:
-    """nki.language.NKIObject: base class of kernel dataclasses and configuration objects."""
+    """nki.language.NKIObject: base class of kernel dataclasses and configuration objects.
+
+    NKI's default constructor takes every class attribute as a keyword with its class value as
+    default, None where only annotated [NKI language guide, "classes"]: `x = None` without an
+    annotation is a field too. So a subclass's plain data attributes are annotated here and
+    missing defaults set to None before `@dataclass` (applied after the class body) reads them."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        own = cls.__dict__.get("__annotations__", {})
+        plain = [n for n, v in cls.__dict__.items() if n not in own and not n.startswith("_")
+                 and not callable(v) and not hasattr(v, "__get__")]
+        if plain:
+            cls.__annotations__ = {**own, **{n: object for n in plain}}
+        for n in own:
+            if n not in cls.__dict__:
+                setattr(cls, n, None)
 
 
 def where(ctx, condition, x, y, dtype=None, mask=None, **_):
