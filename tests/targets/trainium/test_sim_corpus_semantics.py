@@ -56,3 +56,50 @@ def test_first_matmul_overwrites_in_timing_only_mode_as_with_values():
         valued, res, v = _accumulate_flags(source, api, timing_only=False)
         assert timed == valued == [False, True]
         np.testing.assert_allclose(res.outputs, v["a"].T @ v["b"], rtol=1e-4, atol=1e-3)
+
+
+MASKED_OFF_GROUP = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((256, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        rows = x.shape[0]
+        ix, iy = nl.mgrid[0:128, 0:64]
+        for g in nl.affine_range(2):
+            t = nl.load(x[g * 128 + ix, iy], mask=(g * 128 < rows))
+            s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            s[...] = nisa.tensor_reduce(np.add, t, axis=[1], mask=(g * 128 < rows))
+            y = nl.multiply(t, s, mask=(g * 128 < rows))
+            nl.store(out[g * 128 + ix, iy], value=y, mask=(g * 128 < rows))
+        return out
+"""
+
+
+def test_an_instruction_masked_off_everywhere_reads_nothing():
+    # the second group lies past the rows: its never-written column tile is not read
+    x = np.random.default_rng(1).standard_normal((128, 64), dtype=np.float32)
+    res = simulate_source(OLD + "import numpy as np\n" + textwrap.dedent(MASKED_OFF_GROUP), "k",
+                          {"x": x}, target="trn1", partial=True)
+    np.testing.assert_allclose(res.outputs[:128], x * x.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-4)
+    assert np.isnan(res.outputs[128:]).all()
+
+
+FREE_AXIS_KEPT = """
+    from neuronxcc.nki.language import par_dim
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.full((par_dim(128), 4), fill_value=1.0, dtype=nl.float32)
+        y = nl.load(x)
+        for i in nl.affine_range(4):
+            col = acc[:, i]  # a [128, 1] tile
+            col[:, 0] = nl.add(col[:, 0], y[:, i])
+        nl.store(out, acc)
+        return out
+"""
+
+
+def test_an_integer_on_the_last_free_axis_keeps_a_size_one_axis():
+    x = np.random.default_rng(2).standard_normal((128, 4), dtype=np.float32)
+    res = simulate_source(OLD + textwrap.dedent(FREE_AXIS_KEPT), "k", {"x": x}, target="trn1")
+    np.testing.assert_allclose(res.outputs, 1.0 + x, rtol=1e-6)

@@ -37,6 +37,10 @@ def _reference_basic(shape, key, pdim):
             out.append(len(range(start, stop, step)))
         else:
             raise KernelError(f"unsupported index {k!r} (use ints, slices, nl.arange or nl.mgrid)")
+    ints = [d for d, k in enumerate(np_key) if type(k) is int and d > (pdim or 0)]
+    if pdim is not None and len(out) == 1 and ints:  # an on-chip tile keeps one free axis
+        np_key[ints[-1]] = slice(np_key[ints[-1]], np_key[ints[-1]] + 1)
+        out.append(1)
     return tuple(out), tuple(np_key)
 
 

@@ -33,6 +33,7 @@ class SimContext:
         self._next_loop = 0
         self.loop_path: tuple = ()  # ((loop id, iteration, sequential), ...) outermost first
         self.onchip: dict[int, OnChip] = {}  # on-chip buffer id -> what liveness.account needs
+        self.masked_off = False  # the running instruction's mask is off everywhere: it reads nothing
 
     # ----- ids and lines -----------------------------------------------------------------
     def new_buffer_id(self) -> int:

@@ -357,7 +357,21 @@ def _resolve_basic(shape, key, pdim):
             else:
                 np_key.append(i)
         d += 1
+    if pdim is not None and len(out) == 1 and len(key) > 1:
+        _keep_free_axis(np_key, out, pdim)
     return Resolved("basic", tuple(out), key=tuple(np_key))
+
+
+def _keep_free_axis(np_key: list, out: list, pdim: int):
+    """An on-chip tile always has a free axis, as `nl.ndarray((P,))` is a [P, 1] tile: integers on
+    every free axis (`l[:, i]` of a [P, n] tile) leave the innermost one as size 1, so the view
+    is [P, 1] and can be subscripted as such (`l[:, i][:, 0]`)."""
+    for d in range(len(np_key) - 1, pdim, -1):
+        k = np_key[d]
+        if type(k) is int:
+            np_key[d] = slice(k, k + 1)
+            out.append(1)
+            return
 
 
 def _resolve_expr(shape, key):

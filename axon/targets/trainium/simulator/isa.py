@@ -16,6 +16,11 @@ language.assign / language.iadd).
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
+from .indexing import Predicate
 from .isa_compute import (activation, activation_reduce, exponential, reciprocal, scalar_tensor_tensor,
                           tensor_copy, tensor_scalar, tensor_scalar_reduce, tensor_tensor)
 from .isa_dma import dma, dma_copy, dma_transpose
@@ -58,6 +63,36 @@ INSTRUCTIONS = {
     "tensor_scalar_reduce": tensor_scalar_reduce, "bn_stats": bn_stats, "bn_aggr": bn_aggr,
     "affine_select": affine_select,
 }
+
+
+
+def _off_everywhere(mask) -> bool:
+    arr = mask.arr if isinstance(mask, Predicate) else mask
+    try:
+        return not np.asarray(arr, dtype=bool).any()
+    except (TypeError, ValueError):
+        return False
+
+
+def _masked_off_reads_nothing(impl):
+    """An instruction whose mask is off everywhere (`mask=(g * 128 < rows)` for a tile group past
+    the end) reads none of its operands: their never-written data is no error. What it writes
+    is decided by the mask as before."""
+    @functools.wraps(impl)
+    def call(ctx, *args, mask=None, **kw):
+        if mask is None or ctx.masked_off or not _off_everywhere(mask):
+            return impl(ctx, *args, mask=mask, **kw)
+        ctx.masked_off = True
+        try:
+            return impl(ctx, *args, mask=mask, **kw)
+        finally:
+            ctx.masked_off = False
+    return call
+
+
+INSTRUCTIONS = {name: _masked_off_reads_nothing(impl) for name, impl in INSTRUCTIONS.items()}
+dma = _masked_off_reads_nothing(dma)
+globals().update(INSTRUCTIONS)  # language.py calls `isa.<name>`: the same wrapped functions
 
 __all__ = ["BETA1_POSITIONAL", "INSTRUCTIONS", "dge_mode", "dma", "engine", "reduce_cmd",
            *INSTRUCTIONS]
