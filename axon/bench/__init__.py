@@ -10,8 +10,11 @@ model:
   direct      the direct lowering: each operator its own pass, default tiling, default engines, no
               rewrite, no fusion (optimize times it as its own baseline; here it is also run with
               data, and the report says where it fails the numerical check);
-  hand        the hand-written NKI kernel, where one exists (axon/targets/trainium/baselines),
+  hand        Axon's own hand-written NKI kernel, where one exists (axon/targets/trainium/baselines),
               timed at the case's sizes and checked against the program's reference with data;
+  aws         with `corpus` (a folder of public kernel checkouts): AWS's own kernel of the same
+              meaning, where one exists (axon/bench/aws.py), run unchanged at the case's sizes and
+              checked the same way; otherwise None and the reason;
   no_algebra  `optimize(..., algebra=False)`: the program as written, fusion and tiling searched;
   no_fusion   `optimize(..., fusion=False)`: one pass per operator, rewrites and tiling searched;
   roofline    the program's lower bound for the case (axon.search.roofline: its matmul FLOPs at
@@ -42,6 +45,7 @@ from axon.errors import AxonError, InputError
 
 GRIDS = ("quick", "full", "small")
 BASELINES = ("direct", "hand", "no_algebra", "no_fusion")
+AWS = "aws"  # the baseline only a run with a corpus measures
 FAMILIES = ("single", "multi")
 DEFAULT_BUDGET_S = 45.0  # optimize's ranking budget for the full search and each ablation
 # Runs with data simulate every element: up to this much work (the product of the case's sizes, the
@@ -72,6 +76,11 @@ def grid_cases(bench: suite.Benchmark, grid: str) -> list[tuple[str, dict]]:
 
 def case_key(c: dict) -> tuple:
     return (c["benchmark"], c["case"], c["target"], c["dtype"])
+
+
+def baselines_of(cases: list[dict]) -> tuple[str, ...]:
+    """The baselines the cases carry: AWS's kernels only where a run with a corpus measured them."""
+    return BASELINES + ((AWS,) if any(AWS in (c.get("baselines") or {}) for c in cases) else ())
 
 
 def geomean(xs: Iterable[float]) -> Optional[float]:
@@ -119,8 +128,21 @@ def _check_direct(name: str, source: str, sizes: dict, target: str, dtype: str) 
             "max_err_over_bound": c.worst_ratio}
 
 
+def _aws(row: dict, corpus, say: Callable[[str], None]) -> dict:
+    """`row` with AWS's kernel for its case measured (axon/bench/aws.py) and its speedup."""
+    from axon.bench import aws
+
+    say("AWS's kernel")
+    entry = aws.measure(row["benchmark"], row["sizes"], row["target"], row["dtype"], corpus, DATA_CHECK_WORK)
+    if entry["ns"] is None:
+        say(f"no AWS kernel time: {entry['why']}")
+    row = {**row, "aws": entry, "baselines": {**row["baselines"], AWS: entry["ns"]}}
+    row["speedup"] = {**row["speedup"], AWS: entry["ns"] / row["axon_ns"] if entry["ns"] else None}
+    return row
+
+
 def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, budget_s: float,
-                 cache, say: Callable[[str], None]) -> dict:
+                 cache, say: Callable[[str], None], corpus=None) -> dict:
     from axon.search.optimize import optimize
 
     bench = suite.get(name)
@@ -160,7 +182,7 @@ def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, bud
         "hand": hand,
     })
     row["speedup"] = {b: (v / full.latency_ns if v else None) for b, v in row["baselines"].items()}
-    return row
+    return _aws(row, corpus, say) if corpus else row
 
 
 # --- the whole run ----------------------------------------------------------------------------
@@ -168,10 +190,11 @@ def summarize(cases: list[dict]) -> dict:
     """Geomean speedups per family and baseline ({baseline}: x > 1 means Axon is faster), and the
     ablations as the fraction of full Axon's performance they keep (axon_ns / ablated_ns)."""
     out = {}
+    baselines = baselines_of(cases)
     for fam in FAMILIES:
         rows = [c for c in cases if c.get("family") == fam and "axon_ns" in c]
         g = {"cases": len(rows)}
-        for b in BASELINES:
+        for b in baselines:
             g[b] = geomean(c["speedup"][b] for c in rows if c["speedup"].get(b))
             g[f"{b}_cases"] = sum(1 for c in rows if c["speedup"].get(b))
         for b in ("no_algebra", "no_fusion"):
@@ -211,7 +234,7 @@ def write(doc: dict, json_path: Optional[Path]) -> None:
 
 def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[list[str]] = None,
               dtype: str = "bfloat16", json_path=None, budget_s: float = DEFAULT_BUDGET_S, fresh: bool = False,
-              command: str = "", progress: Optional[Callable[[str], None]] = None) -> dict:
+              command: str = "", progress: Optional[Callable[[str], None]] = None, corpus=None) -> dict:
     from axon.search.select import ResultCache
 
     say = progress or (lambda s: None)
@@ -231,6 +254,11 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
     done = {case_key(c): c for c in kept}
     doc = {"target": target, "grid": grid, "dtype": dtype, "model": model, "command": command,
            "budget_s": budget_s, "cases": [], "geomean": {}, "losses": [], "wall_s": (old or {}).get("wall_s", 0.0)}
+    if corpus:
+        corpus = Path(corpus)
+        if not corpus.is_dir():
+            raise InputError(f"--corpus {corpus} is not a folder")
+        doc["corpus"] = str(corpus)
     todo = [(n, c, s) for n in names for c, s in grid_cases(suite.get(n), grid)]
     if old and old.get("grid") == grid:  # cases of benchmarks not selected this time stay in the report
         wanted = {(n, c, target, dtype) for n, c, _ in todo}
@@ -240,15 +268,24 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
         cache = ResultCache(Path(tmp))
         for i, (name, case, sizes) in enumerate(todo):
             key = (name, case, target, dtype)
-            if key in done:
+            if key in done and (not corpus or AWS in done[key] or "axon_ns" not in done[key]):
                 doc["cases"].append(done[key])
+                continue
+            if key in done:  # measured before without AWS's kernels: add them only
+                t = time.perf_counter()
+                row = _aws(done[key], corpus, lambda s, tag=f"{name} {case}": say(f"{tag}: {s}"))
+                row["wall_s"] = round(row.get("wall_s", 0.0) + time.perf_counter() - t, 2)
+                doc["cases"].append(row)
+                doc["wall_s"] = round((old or {}).get("wall_s", 0.0) * bool(kept) + time.perf_counter() - start, 1)
+                _finish(doc)
+                write(doc, json_path)
                 continue
             tag = f"[{i + 1}/{len(todo)}] {name} {case}"
             say(f"{tag} {sizes}")
             t = time.perf_counter()
             try:
                 row = measure_case(name, case, sizes, target, dtype, budget_s, cache,
-                                   lambda s, tag=tag: say(f"{tag}: {s}"))
+                                   lambda s, tag=tag: say(f"{tag}: {s}"), corpus=corpus)
             except AxonError as err:
                 bench = suite.get(name)
                 row = {"benchmark": name, "family": bench.family, "case": case, "sizes": sizes, "target": target,
@@ -259,7 +296,7 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
             doc["cases"].append(row)
             if "axon_ns" in row:
                 sp = row["speedup"]
-                vs = ", ".join(f"x{sp[b]:.2f} {b.replace('_', '-')}" for b in BASELINES if sp.get(b))
+                vs = ", ".join(f"x{sp[b]:.2f} {b.replace('_', '-')}" for b in BASELINES + (AWS,) if sp.get(b))
                 say(f"{tag}: axon {row['axon_ns'] / 1e3:.1f} us; {vs}; "
                     f"{row['roofline_fraction']:.0%} of roofline ({row['wall_s']:.0f} s)")
             doc["wall_s"] = round((old or {}).get("wall_s", 0.0) * bool(kept) + time.perf_counter() - start, 1)

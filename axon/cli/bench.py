@@ -25,6 +25,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--plots", dest="plots_dir", help="write speedup, roofline and search-time PNGs here")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds of model ranking per optimize call (default 45)")
+    parser.add_argument("--corpus", metavar="DIR",
+                        help="folder of public NKI checkouts (nki-samples-fc5c69f, AccelOpt): adds a column for "
+                             "AWS's own kernel of each benchmark's meaning, run and checked at the same sizes "
+                             "(cases already in the JSON get only that column)")
     parser.add_argument("--fresh", action="store_true", help="ignore the cases already in the JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -39,7 +43,7 @@ def run(args) -> int:
     command = "axon bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
     doc = run_bench(target=args.target, grid=args.grid, benchmarks=names, dtype=args.dtype, json_path=json_path,
                     budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S, fresh=args.fresh,
-                    command=command, progress=None if args.quiet else progress_to_stderr)
+                    command=command, progress=None if args.quiet else progress_to_stderr, corpus=args.corpus)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(markdown(doc))
     written = [json_path, md_path]
@@ -52,7 +56,8 @@ def run(args) -> int:
     for fam, g in doc["geomean"].items():
         if g["cases"]:
             print(f"{fam}: {g['cases']} case(s), geomean {fmt(g['direct'])} over the direct lowering"
-                  + (f", {fmt(g['hand'])} over hand kernels ({g['hand_cases']})" if g["hand"] else "")
+                  + (f", {fmt(g['hand'])} over Axon's hand kernels ({g['hand_cases']})" if g["hand"] else "")
+                  + (f", {fmt(g['aws'])} over AWS's kernels ({g['aws_cases']})" if g.get("aws") else "")
                   + f"; without algebra {fmt(g['no_algebra_relative'])}, without fusion "
                   f"{fmt(g['no_fusion_relative'])} of full Axon")
     for l in doc["losses"]:
