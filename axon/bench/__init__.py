@@ -141,6 +141,12 @@ def _aws(row: dict, corpus, say: Callable[[str], None]) -> dict:
     return row
 
 
+def _aws_current(row: dict) -> bool:
+    from axon.bench import aws
+
+    return AWS in row and aws.is_current(row["benchmark"], row[AWS])
+
+
 def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, budget_s: float,
                  cache, say: Callable[[str], None], corpus=None) -> dict:
     from axon.search.optimize import optimize
@@ -268,10 +274,10 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
         cache = ResultCache(Path(tmp))
         for i, (name, case, sizes) in enumerate(todo):
             key = (name, case, target, dtype)
-            if key in done and (not corpus or AWS in done[key] or "axon_ns" not in done[key]):
+            if key in done and (not corpus or "axon_ns" not in done[key] or _aws_current(done[key])):
                 doc["cases"].append(done[key])
                 continue
-            if key in done:  # measured before without AWS's kernels: add them only
+            if key in done:  # measured without AWS's kernels, or with another table of them: add them only
                 t = time.perf_counter()
                 row = _aws(done[key], corpus, lambda s, tag=f"{name} {case}": say(f"{tag}: {s}"))
                 row["wall_s"] = round(row.get("wall_s", 0.0) + time.perf_counter() - t, 2)

@@ -72,6 +72,24 @@ def nki_matmul_fully_optimized_(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N
   return result
 '''
 
+# nki-library style: the current `nki` API, one scan per 128-row tile
+CUMSUM = '''import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def cumsum(x, axis=-1):
+    B, H = x.shape
+    y = nl.ndarray((B, H), dtype=x.dtype, buffer=nl.shared_hbm)
+    ones = nl.full((128, H), 1.0, dtype=x.dtype, buffer=nl.sbuf)
+    for t in nl.affine_range(B // 128):
+        xt = nl.load(x[t * 128:(t + 1) * 128, 0:H])
+        acc = nisa.tensor_tensor_scan(ones, xt, initial=0.0, op0=nl.multiply, op1=nl.add, dtype=nl.float32)
+        nl.store(y[t * 128:(t + 1) * 128, 0:H], value=nisa.activation(op=nl.copy, data=acc, dtype=x.dtype))
+    return y
+'''
+
 # an NKIBench-style pair: a shape-specialised float32 kernel and its NumPy module
 NKIBENCH_SILU = HEADER + '''@nki.jit
 def kernel(v1):
@@ -100,6 +118,9 @@ def _corpus(tmp_path):
     for path, text in files.items():
         (root / aws.SAMPLES / path).parent.mkdir(parents=True, exist_ok=True)
         (root / aws.SAMPLES / path).write_text(text)
+    lib = root / aws.LIBRARY / aws.AWS_KERNELS["cumsum"].path
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    lib.write_text(CUMSUM)
     nkb = root / aws.NKIBENCH / "NKIBench"
     for folder, name, text in (("kernels", "silu_M256_N256_0.py", NKIBENCH_SILU),
                                ("reference", "silu_M256_N256_numpy_0.py", NKIBENCH_SILU_MODULE)):
@@ -118,6 +139,8 @@ def test_a_matching_kernel_is_timed_and_checked(tmp_path):
     assert e["ns"] > 0 and e["reference_ok"] and e["checked"] == "case size"
     assert 0 < e["max_err_over_bound"] <= 1
     assert e["kernel"] == "softmax_nki_kernels.py:nki_softmax_kernel" and e["source"] == "AWS nki-samples tutorial"
+    e = _measure(corpus, "cumsum", {"m": 256, "n": 512})
+    assert e["ns"] > 0 and e["reference_ok"] and e["source"] == "AWS nki-library"
 
 
 @pytest.mark.parametrize("name, sizes", [("matmul", {"m": 128, "k": 256, "n": 512}),
@@ -202,6 +225,14 @@ def test_bench_with_a_corpus_adds_the_column_to_kept_cases(tmp_path, monkeypatch
     assert "1. relu (small): no kernel in the corpus computes this benchmark" in md
     assert "2. rmsnorm (small): fails the numerical check" in md
     assert "`nki-samples-fc5c69f/src/nki_samples/tutorials/softmax/softmax_nki_kernels.py:nki_softmax_kernel`" in md
+
+    # a row measured with another table of kernels gets its AWS column again, nothing else
+    data = json.loads(path.read_text())
+    data["cases"][1]["aws"] = {**data["cases"][1]["aws"], "kernel": "older.py:f", "ns": 1.0}
+    path.write_text(json.dumps(data))
+    again = run_bench(grid="small", benchmarks=["softmax", "rmsnorm", "relu"], json_path=path, corpus=corpus)
+    assert again["cases"][1]["aws"]["kernel"] == "softmax_nki_kernels.py:nki_softmax_kernel"
+    assert again["cases"][1]["baselines"]["aws"] == softmax["aws"]["ns"]
 
 
 def test_the_looser_rule_for_running_sums_in_the_output_dtype():
