@@ -8,8 +8,8 @@
 """
 from axon.errors import AxonError, InputError, KernelError, ShapeError, UnsupportedError
 from axon.frontend import Program, program
-from axon.frontend.functions import (exp, gelu, log, matmul, maximum, minimum, reciprocal, relu, rsqrt, sigmoid,
-                                     silu, sqrt, square, tanh, transpose)
+from axon.frontend.functions import (arange, equal, exp, gelu, log, matmul, maximum, minimum, reciprocal, relu, rsqrt,
+                                     sigmoid, silu, sqrt, square, tanh, transpose, where)
 from axon.suite import benchmark
 
 __version__ = "0.1.0"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Iterable, Iterator, Mapping
 
-from axon.semantics.ops import OP_SPECS, ConstParams, InputParams, Op, Params, ReshapeParams
+from axon.semantics.ops import OP_SPECS, ConstParams, InputParams, IotaParams, Op, Params, ReshapeParams
 from axon.semantics.sizes import Shape, Size, SizeFact, format_shape
 
 
@@ -81,6 +81,8 @@ def rename(nodes: tuple[Node, ...], dims: Mapping[str, str], tensors: Mapping[st
             params = node.params
             if isinstance(params, ReshapeParams):
                 params = ReshapeParams(tuple(rename_size(s, dims) for s in params.shape))
+            elif isinstance(params, IotaParams):
+                params = IotaParams(rename_size(params.size, dims))
             out[node] = make_node(node.op, [out[i] for i in node.inputs], params)
     return tuple(out[n] for n in nodes)
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from numbers import Real
 
-from axon.errors import UnsupportedError
-from axon.frontend.tracer import Tensor
-from axon.semantics.ops import Op
+from axon.errors import ShapeError, UnsupportedError
+from axon.frontend.tracer import Tensor, Trace, _user_location
+from axon.semantics.ops import IotaParams, Op
+from axon.semantics.sizes import Size
 
 
 def _traced(op: Op, *args):
@@ -50,6 +51,25 @@ tanh = _unary(Op.TANH)
 gelu = _unary(Op.GELU)
 maximum = _binary(Op.MAXIMUM)
 minimum = _binary(Op.MINIMUM)
+equal = _binary(Op.EQ)
+
+
+def where(condition, x, y):
+    """x where condition is non-zero (a comparison's 1.0), else y, with NumPy broadcasting."""
+    return _traced(Op.WHERE, condition, x, y)
+
+
+def arange(dim):
+    """The indices 0, 1, ..., n - 1 of the dimension `dim` (a name or a size, e.g. x.shape[0]) as
+    a tensor of shape (n,): `axon.arange("s")[:, None] >= axon.arange("t")[None, :]` is a causal mask."""
+    trace = Trace.active
+    if trace is None:
+        raise UnsupportedError("axon.arange is only available inside an @axon.program")
+    size = Size.of(dim) if isinstance(dim, (str, Size)) or (isinstance(dim, int) and dim > 0) else None
+    if size is None or not size.symbols <= trace.dims:
+        raise ShapeError(f"{_user_location()}axon.arange({dim!r}): not a dimension of this program "
+                         f"(its dimensions are {', '.join(sorted(trace.dims))})")
+    return trace.apply(Op.IOTA, [], IotaParams(size), what="arange")
 
 
 def matmul(x, y):

@@ -35,14 +35,18 @@ class Program:
         if sorted(params) != sorted(self.input_dims):
             raise ShapeError(f"program {self.name}: parameters {params} and declared inputs "
                              f"{list(self.input_dims)} differ")
-        trace = Trace()
+        shapes = {p: tuple(_parse_dim(self.name, p, d) for d in self.input_dims[p]) for p in params}
+        trace = Trace(frozenset(s for shape in shapes.values() for d in shape for s in d.symbols))
         inputs, tensors = [], {}
         for pname in params:
-            dims = self.input_dims[pname]
-            node = input_node(pname, tuple(_parse_dim(self.name, pname, d) for d in dims))
+            node = input_node(pname, shapes[pname])
             inputs.append(node)
             tensors[pname] = Tensor(node, trace, label=pname)
-        result = self.fn(**tensors)
+        outer, Trace.active = Trace.active, trace
+        try:
+            result = self.fn(**tensors)
+        finally:
+            Trace.active = outer
         outputs = result if isinstance(result, tuple) else (result,)
         for out in outputs:
             if not isinstance(out, Tensor):

@@ -34,10 +34,14 @@ def _user_location() -> str:
 
 
 class Trace:
-    """What one tracing run collects besides the graph: size preconditions of its operators."""
+    """What one tracing run collects besides the graph: size preconditions of its operators. The
+    trace being run is `Trace.active` (functions with no tensor argument, axon.arange, need it)."""
 
-    def __init__(self):
+    active: Optional["Trace"] = None
+
+    def __init__(self, dims: frozenset[str] = frozenset()):
         self.constraints: set[SizeFact] = set()
+        self.dims = dims  # the program's dimension names
 
     def apply(self, op: Op, operands: list["Tensor"], params=None, what: Optional[str] = None) -> "Tensor":
         nodes = [t.node for t in operands]
@@ -250,10 +254,17 @@ class Tensor:
 
     __hash__ = object.__hash__  # tensors are used as dict keys by identity
 
-    def __eq__(self, other):
-        _unsupported("a comparison operator")
+    # comparisons give 1.0 / 0.0 tensors (masks for axon.where); == and != stay Python's, since
+    # tensors are dict keys: use axon.equal
+    def __ge__(self, o): return self._binary(Op.GE, o, "greater_equal")
+    def __gt__(self, o): return self._binary(Op.GT, o, "greater")
+    def __le__(self, o): return self._binary(Op.LE, o, "less_equal")
+    def __lt__(self, o): return self._binary(Op.LT, o, "less")
 
-    __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __eq__
+    def __eq__(self, other):
+        _unsupported("== on traced tensors", "use axon.equal(a, b)")
+
+    __ne__ = __eq__
 
 
 def _refuse(symbol: str):

@@ -66,7 +66,8 @@ from axon.semantics.sizes import bind_shape
 # negation are exact
 _ARITH_U = {ScalarOp.ADD: 1, ScalarOp.SUB: 1, ScalarOp.MUL: 1, ScalarOp.DIV: 1, ScalarOp.EXP: 4,
             ScalarOp.LOG: 4, ScalarOp.SQRT: 1, ScalarOp.TANH: 4, ScalarOp.MAXIMUM: 0,
-            ScalarOp.MINIMUM: 0, ScalarOp.NEG: 0}
+            ScalarOp.MINIMUM: 0, ScalarOp.NEG: 0, ScalarOp.GE: 0, ScalarOp.GT: 0, ScalarOp.EQ: 0,
+            ScalarOp.WHERE: 0}
 # roundings a primitive may take in a kernel: a divide may be lowered as reciprocal then multiply
 _ROUNDINGS = {ScalarOp.DIV: 2}
 
@@ -299,6 +300,13 @@ def _spread(op: ScalarOp, spec, vals, errs, value):
         return np.maximum(errs[0], errs[1])
     if op is ScalarOp.NEG:
         return errs[0]
+    if op in (ScalarOp.GE, ScalarOp.GT, ScalarOp.EQ):  # a 0/1 result flips where the boxes meet
+        e = errs[0] + errs[1]
+        return np.where((e > 0) & (np.abs(vals[0] - vals[1]) <= e), 1.0, 0.0)
+    if op is ScalarOp.WHERE:  # the chosen branch's error, or both branches' gap where c may flip
+        (c, a, b), (ec, ea, eb) = vals, errs
+        chosen = np.where(c != 0, ea, eb)
+        return _clean(np.where((ec > 0) & (np.abs(c) <= ec), np.abs(a - b) + np.maximum(ea, eb), chosen))
     spread = np.zeros(np.shape(value))
     for signs in np.ndindex(*(2,) * len(vals)):
         corner = [v + (e if s else -e) for v, e, s in zip(vals, errs, signs)]
@@ -384,6 +392,8 @@ def _node(node, ins: list[_Val], alg: _Bounded, binding) -> tuple[_Val, int]:
     if op is Op.CONST:
         return alg.const(const_value(p.value, binding)), 1
     spec = OP_SPECS[op]
+    if spec.kind is OpKind.LEAF:  # arange: exact integers, narrowed as a constant would be
+        return alg.exact(spec.numpy([], p, bind_shape(node.shape, binding))), 1
     if spec.kind is OpKind.ELEMENTWISE:
         return alg.apply(spec.scalar, *ins), 1
     (x,) = ins if op is not Op.MATMUL else (None,)

@@ -56,6 +56,14 @@ class Op(enum.Enum):
     SILU = "silu"
     TANH = "tanh"
     GELU = "gelu"
+    GE = "ge"
+    GT = "gt"
+    LE = "le"
+    LT = "lt"
+    EQ = "eq"
+    WHERE = "where"
+    # the index vector of a dimension (axon.arange)
+    IOTA = "arange"
     # reductions, scans, contraction, layout
     REDUCE_SUM = "sum"
     REDUCE_MAX = "max"
@@ -75,6 +83,11 @@ class InputParams:
 @dataclass(frozen=True)
 class ConstParams:
     value: Union[int, float, Fraction, Size]  # a number, or a symbolic size such as k (for mean)
+
+
+@dataclass(frozen=True)
+class IotaParams:
+    size: Size  # the dimension whose indices 0, 1, ..., size - 1 are the values
 
 
 @dataclass(frozen=True)
@@ -308,6 +321,10 @@ def _const_element(alg, read, idx, shapes, p: ConstParams):
     return alg.const(p.value)
 
 
+def _iota_element(alg, read, idx, shapes, p: IotaParams):
+    return alg.const(0) + idx[0]  # an index used as a value
+
+
 def _input_element(alg, read, idx, shapes, p):
     raise TypeError("inputs have no element rule: the interpreter reads them")
 
@@ -332,6 +349,8 @@ OP_SPECS: dict[Op, OpSpec] = {
     for spec in [
         OpSpec(Op.INPUT, OpKind.LEAF, 0, lambda shapes, p: (), _input_element, lambda args, p, out: None),
         OpSpec(Op.CONST, OpKind.LEAF, 0, lambda shapes, p: (), _const_element, lambda args, p, out: None),
+        OpSpec(Op.IOTA, OpKind.LEAF, 0, lambda shapes, p: (p.size,), _iota_element,
+               lambda args, p, out: np.arange(out[0], dtype=np.float64)),
         *[_spec_elementwise(Op[s.name], s) for s in ScalarOp],
         OpSpec(Op.REDUCE_SUM, OpKind.REDUCE, 1, _reduce_shape, _reduce_element(ScalarOp.ADD),
                lambda args, p, out: np.sum(args[0], axis=p.axis, keepdims=p.keepdims), scalar=ScalarOp.ADD),

@@ -55,6 +55,9 @@ PRIMITIVES: dict[ScalarOp, Callable] = {
     _S.ADD: lambda a, b: a + b, _S.SUB: lambda a, b: a - b, _S.MUL: lambda a, b: a * b, _S.DIV: _div,
     _S.MAXIMUM: _extremum(max), _S.MINIMUM: _extremum(min), _S.NEG: lambda a: -a,
     _S.EXP: mpmath.exp, _S.LOG: _log, _S.SQRT: _sqrt, _S.TANH: mpmath.tanh,
+    # comparisons with NaN are false and a NaN condition selects its first branch, as in NumPy
+    _S.GE: lambda a, b: mpmath.mpf(a >= b), _S.GT: lambda a, b: mpmath.mpf(a > b),
+    _S.EQ: lambda a, b: mpmath.mpf(a == b), _S.WHERE: lambda c, a, b: a if c != 0 else b,
 }
 
 

@@ -34,6 +34,13 @@ class ScalarOp(enum.Enum):
     SILU = "silu"
     TANH = "tanh"
     GELU = "gelu"
+    # comparisons give 1.0 (true) or 0.0 (false); where(c, a, b) is a where c != 0, else b
+    GE = "ge"
+    GT = "gt"
+    LE = "le"
+    LT = "lt"
+    EQ = "eq"
+    WHERE = "where"
 
 
 # A definition receives the algebra `a` (with .apply(op, *args) and .const(value)) and the arguments.
@@ -63,6 +70,10 @@ def _quiet(fn):
 
 
 _GELU_C = float(np.sqrt(2.0 / np.pi))
+
+
+def _truth(compare):
+    return lambda a, b: np.asarray(compare(a, b), dtype=np.float64)[()]
 
 
 def _gelu_tanh(x):
@@ -113,5 +124,12 @@ SCALAR_SPECS: dict[ScalarOp, ScalarSpec] = {
                            _S.MUL, a.const(_GELU_C),
                            a.apply(_S.ADD, x, a.apply(_S.MUL, a.const(0.044715),
                                                        a.apply(_S.MUL, x, a.apply(_S.MUL, x, x))))))))),
+        ScalarSpec(_S.GE, 2, _truth(np.greater_equal), interpreted=True),
+        ScalarSpec(_S.GT, 2, _truth(np.greater), interpreted=True),
+        ScalarSpec(_S.EQ, 2, _truth(np.equal), interpreted=True, commutative=True),
+        # le(a, b) = ge(b, a), lt(a, b) = gt(b, a): one direction of each is primitive
+        ScalarSpec(_S.LE, 2, _truth(np.less_equal), definition=lambda a, x, y: a.apply(_S.GE, y, x)),
+        ScalarSpec(_S.LT, 2, _truth(np.less), definition=lambda a, x, y: a.apply(_S.GT, y, x)),
+        ScalarSpec(_S.WHERE, 3, lambda c, x, y: np.where(np.asarray(c) != 0, x, y)[()], interpreted=True),
     ]
 }

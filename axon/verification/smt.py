@@ -29,7 +29,7 @@ from typing import Optional
 import z3
 
 from axon.errors import UnsupportedError
-from axon.verification.terms import Atom, Fn, Fold, Group, Poly, Read, Var
+from axon.verification.terms import COMPARISONS, Atom, Fn, Fold, Group, Poly, Read, Var
 
 # z3's nonlinear arithmetic can run far past its own timeout, rlimit and interrupt (measured: a 2 s
 # query stuck 21 s inside one non-cancellable step, depending on the seed), so each query runs in a
@@ -140,6 +140,13 @@ class _Translation:
         elif a.op in ("max", "min"):
             x, y = (self.real(arg) for arg in a.args)
             value = z3.If(x >= y, x, y) if a.op == "max" else z3.If(x <= y, x, y)
+        elif a.op in COMPARISONS:
+            d = self.real(a.args[0])
+            holds = {"ge": d >= 0, "gt": d > 0, "eq": d == 0}[a.op]
+            value = z3.If(holds, z3.RealVal(1, self.ctx), z3.RealVal(0, self.ctx))
+        elif a.op == "where":
+            c, x, y = (self.real(arg) for arg in a.args)
+            value = z3.If(c != 0, x, y)
         else:
             fn = z3.Function(a.op, z3.RealSort(self.ctx), z3.RealSort(self.ctx))
             arg = self.real(a.args[0])

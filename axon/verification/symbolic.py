@@ -27,6 +27,7 @@ from axon.verification.terms import Poly
 _S = ScalarOp
 COMBINE = {_S.ADD: "add", _S.MAXIMUM: "max", _S.MINIMUM: "min"}
 UNINTERPRETED = {_S.SQRT: "sqrt", _S.TANH: "tanh"}
+COMPARE = {_S.GE: "ge", _S.GT: "gt", _S.EQ: "eq"}
 
 
 def size_poly(size: Size) -> Poly:
@@ -94,6 +95,10 @@ class SymbolicAlgebra:
             return T.unary("sqrt", a[0])
         if op in UNINTERPRETED:
             return T.unary(UNINTERPRETED[op], a[0])
+        if op in COMPARE:
+            return T.compare(COMPARE[op], a[0], a[1])
+        if op is _S.WHERE:
+            return T.select(a[0], a[1], a[2])
         definition = SCALAR_SPECS[op].definition
         if definition is None:
             raise UnsupportedError(f"no symbolic meaning for scalar operation {op.value}")

@@ -310,6 +310,32 @@ def extremum(op: str, p: Poly, q: Poly) -> Poly:
     return Poly.atom(Fn(op, args))
 
 
+COMPARISONS = ("ge", "gt", "eq")  # of a - b against 0 (le and lt are ge and gt with operands swapped)
+
+
+def compare(op: str, a: Poly, b: Poly) -> Poly:
+    """1 where `a op b` holds, else 0 (interpreted by the solver), kept as a comparison of the
+    difference with 0 so that a >= b and a - b >= 0 are one term; eq takes the difference of the
+    smaller key (a = b and b = a are one term). Decided outright when the difference is a constant."""
+    d = a - b
+    if d.is_const:
+        holds = {"ge": d.value >= 0, "gt": d.value > 0, "eq": d.value == 0}[op]
+        return ONE if holds else ZERO
+    if op == "eq" and (-d).key < d.key:
+        d = -d
+    return Poly.atom(Fn(op, (d,)))
+
+
+def select(c: Poly, a: Poly, b: Poly) -> Poly:
+    """`a` where c != 0, else `b` (interpreted by the solver); decided when c is a constant or the
+    branches are one term."""
+    if c.is_const:
+        return a if c.value != 0 else b
+    if a == b:
+        return a
+    return Poly.atom(Fn("where", (c, a, b)))
+
+
 def int_fn(op: str, a: Poly, b: Poly) -> Poly:
     if a.is_const and b.is_const and b.value != 0:
         x, y = a.value, b.value
@@ -421,6 +447,10 @@ def rebuild(a: Atom, sub: Callable[[Poly], Poly], env: Mapping[str, Poly]) -> Po
         return extremum(a.op, *args)
     if a.op in ("floordiv", "mod"):
         return int_fn(a.op, *args)
+    if a.op in COMPARISONS:
+        return compare(a.op, args[0], ZERO)
+    if a.op == "where":
+        return select(*args)
     return unary(a.op, args[0])
 
 
@@ -447,6 +477,10 @@ def evaluate(p: Poly, env: Mapping[str, float], arrays: Mapping) -> float:
             return max(args) if a.op == "max" else min(args)
         if a.op in ("floordiv", "mod"):
             return float(int(args[0]) // int(args[1]) if a.op == "floordiv" else int(args[0]) % int(args[1]))
+        if a.op in COMPARISONS:
+            return float({"ge": args[0] >= 0, "gt": args[0] > 0, "eq": args[0] == 0}[a.op])
+        if a.op == "where":
+            return args[1] if args[0] != 0 else args[2]
         return {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh}[a.op](args[0])
 
     total = 0.0

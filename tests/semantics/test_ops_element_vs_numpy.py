@@ -8,8 +8,8 @@ import pytest
 from axon.ir import Graph, Node, input_node, make_node
 from axon.semantics.algebra import ConcreteAlgebra
 from axon.semantics.evaluate import evaluate
-from axon.semantics.ops import (OP_SPECS, AxisParams, ConstParams, Op, OpKind, ReshapeParams, SliceParams,
-                                TransposeParams)
+from axon.semantics.ops import (OP_SPECS, AxisParams, ConstParams, IotaParams, Op, OpKind, ReshapeParams,
+                                SliceParams, TransposeParams)
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import Size, shape_of
 
@@ -25,11 +25,18 @@ def _cases():
     b3 = input_node("b", shape_of((2, "m", "n")))
     w3 = input_node("v", shape_of((1, "n", "k")))
     e = input_node("e", (Size.of("m"), Size.of("h") * 2))
+    zeros = input_node("zeros", shape_of(("m", "n")))  # drawn with zeros (see ARRAYS)
+    rounded = input_node("rounded", shape_of(("m", "n")))
     for spec in OP_SPECS.values():
         if spec.kind is OpKind.ELEMENTWISE and spec.arity == 1:
             yield make_node(spec.op, [x])
+        elif spec.kind is OpKind.ELEMENTWISE and spec.arity == 3:
+            yield make_node(spec.op, [x, y, row])
+            yield make_node(spec.op, [zeros, x, col])  # a condition that is 0 (false) somewhere
         elif spec.kind is OpKind.ELEMENTWISE:
             yield make_node(spec.op, [x, y])
+            yield make_node(spec.op, [x, x])  # equal operands: where comparisons hold with =
+            yield make_node(spec.op, [x, rounded])  # equal in some elements only
             yield make_node(spec.op, [x, row])  # broadcast over columns
             yield make_node(spec.op, [col, x])  # broadcast over rows, rank-1 operand
             yield make_node(spec.op, [x, Node_const(2.5)])
@@ -47,6 +54,7 @@ def _cases():
     yield make_node(Op.RESHAPE, [x], ReshapeParams(shape_of(("m", 1, "n"))))
     yield make_node(Op.RESHAPE, [b3], ReshapeParams(shape_of(("m", 2, "n"))))
     yield make_node(Op.DIV, [x, Node_const(Size.of("n"))])  # a symbolic-size constant, as in mean
+    yield make_node(Op.IOTA, [], IotaParams(Size.of("n")))
 
 
 def Node_const(value):
@@ -62,6 +70,11 @@ def test_numpy_reference_matches_element_rule(node):
     leaves = [i for i in node.inputs if i.op is Op.INPUT]
     arrays = {leaf.params.name: rng.standard_normal(tuple(s.evaluate_int(BINDING) for s in leaf.shape)) + 1.5
               for leaf in leaves}
+    if "zeros" in arrays:  # a 0/1 condition
+        arrays["zeros"] = (arrays["zeros"] > 1.5).astype(float)
+    if "rounded" in arrays:  # x's value where x rounds to itself at one decimal
+        x = rng.standard_normal(arrays["rounded"].shape) + 1.5
+        arrays["x"], arrays["rounded"] = x, np.where(x > 1.5, x, np.round(x, 1))
     graph = Graph(tuple(leaves), (node,))
     (expected,) = evaluate(graph, arrays, BINDING)
     alg = ConcreteAlgebra(BINDING)
@@ -86,11 +99,12 @@ def test_scalar_definitions_match_numpy(op):
     """Each scalar definition (used by the SMT encoding) states the same function as its NumPy meaning."""
     spec = SCALAR_SPECS[op]
     alg = ConcreteAlgebra({})
-    for x in np.linspace(-6, 6, 41) + 0.05:
-        if op in (ScalarOp.RSQRT,) and x <= 0:
+    points = np.linspace(-6, 6, 41) + 0.05
+    for args in (itertools.product(points[::4], repeat=spec.arity) if spec.arity > 1 else ((x,) for x in points)):
+        if op in (ScalarOp.RSQRT,) and args[0] <= 0:
             continue
-        expected = float(spec.numpy(np.float64(x)))
-        assert spec.definition(alg, float(x)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+        expected = float(spec.numpy(*(np.float64(a) for a in args)))
+        assert spec.definition(alg, *map(float, args)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 def test_every_operator_is_covered():
