@@ -56,6 +56,7 @@ class Entry:
     measured_ms: float | None = None
     measured_spill_mb: float | None = None  # the profile's "spill reload MB" (shared/fidelity.md)
     note: str = ""
+    target: str = TARGET  # the NeuronCore its own tests run on
 
     @property
     def name(self):
@@ -329,8 +330,99 @@ def reference_entries() -> list[Entry]:
     ]
 
 
+# ----- nki-library (aws-neuron/nki-library: the package nkilib, current NKI API, trn2) ----------
+# Each kernel runs from its package folder (relative imports, the package __init__) at a shape its
+# own test (test/integration/nkilib/...) uses, on trn2 (the tests' default platform) with the
+# tests' logical NeuronCore count: LNC=2 is a grid of 2 programs. Enum arguments are the kernel
+# package's own (KernelValue). Core kernels considered and why each is in or out:
+#   in:  cumsum, subkernels/rmsnorm_tkg, subkernels/layernorm_tkg, embeddings/rope (RoPE),
+#        attention/attention_cte, qkv/qkv_cte, ...
+
+def _normal(rng, shape, dtype="float32"):
+    from axon.targets.trainium.runner import numpy_dtype
+
+    return rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(dtype))
+
+
+def _tkg_layout(y):  # [B, S, H] -> [128, B*S, H/128], H split as (128, H/128)
+    b, s, h = y.shape
+    return y.reshape(b * s, 128, h // 128).transpose(1, 0, 2)
+
+
+def ref_cumsum(x, **_):
+    return np.cumsum(_f32(x), axis=-1)
+
+
+def ref_rmsnorm_tkg(input, gamma, output, eps=1e-6, **_):  # noqa: A002 - the kernel's own names
+    x = _f32(input)
+    return _tkg_layout(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * _f32(gamma))
+
+
+def ref_layernorm_tkg(input, gamma, output, beta=None, eps=1e-6, **_):  # noqa: A002
+    x = _f32(input)
+    y = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * _f32(gamma)
+    return _tkg_layout(y + (0.0 if beta is None else _f32(beta)))
+
+
+def ref_rope(x_in, cos, sin, **_):  # x [d, B, n_heads, S], cos/sin [d/2, B, S]; halves rotate
+    x, c, s = _f32(x_in), _f32(cos)[:, :, None, :], _f32(sin)[:, :, None, :]
+    x1, x2 = np.split(x, 2, axis=0)
+    return np.concatenate([x1 * c - x2 * s, x1 * s + x2 * c])
+
+
+def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, tp_q=True, tp_out=False, **_):
+    q = _f32(q) if tp_q else _f32(q).transpose(0, 2, 1)  # [b, sq, d]
+    s = scale * np.matmul(q, _f32(k))  # k [b, d, skv]
+    if causal_mask:
+        sq, skv = s.shape[-2:]
+        s = np.where(np.arange(skv)[None, :] <= np.arange(sq)[:, None], s, -np.inf)
+    o = np.matmul(_softmax(s, axis=-1), _f32(v))
+    return o.transpose(0, 2, 1) if tp_out else o
+
+
+def ref_qkv_cte_rms_fused_add(input, fused_qkv_weights, mlp_prev, attention_prev, gamma_norm_weights,  # noqa: A002
+                              norm_eps=1e-6, **_):
+    h = _f32(input) + _f32(mlp_prev) + _f32(attention_prev)
+    h = h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + norm_eps) * _f32(gamma_norm_weights)
+    return h @ _f32(fused_qkv_weights)
+
+
+L = "src/nkilib_src/nkilib/"
+
+
 def library_entries() -> list[Entry]:
-    return []
+    from axon.targets.trainium.simulator import KernelValue
+
+    lib = "nki-library"
+    return [
+        Entry(lib, L + "core/cumsum/cumsum.py", "cumsum",  # test_cumsum_fast 64_1024_3_4_bfloat16
+              lambda rng: {"x": _normal(rng, (64, 4, 1024), "bfloat16")}, grid=(2,), reference=ref_cumsum,
+              target="trn2"),
+        Entry(lib, L + "core/subkernels/rmsnorm_tkg.py", "rmsnorm_tkg",  # lnc 1, b 1, s 8, h 8192, fp16
+              lambda rng: {"input": _normal(rng, (1, 8, 8192), "float16"), "gamma": _normal(rng, (1, 8192), "float16"),
+                           "output": np.zeros((128, 8, 64), np.float16)},
+              reference=ref_rmsnorm_tkg, target="trn2"),
+        Entry(lib, L + "core/subkernels/layernorm_tkg.py", "layernorm_tkg",  # lnc 1, b 1, s 8, h 8192, fp16
+              lambda rng: {"input": _normal(rng, (1, 8, 8192), "float16"), "gamma": _normal(rng, (1, 8192), "float16"),
+                           "beta": _normal(rng, (1, 8192), "float16"), "output": np.zeros((128, 8, 64), np.float16)},
+              reference=ref_layernorm_tkg, target="trn2"),
+        Entry(lib, L + "core/embeddings/rope.py", "RoPE",  # test_rope_manual (128, 4, 8, 1024), contiguous
+              lambda rng: {"x_in": _normal(rng, (128, 4, 8, 1024), "bfloat16"),
+                           "cos": _normal(rng, (64, 4, 1024), "bfloat16"), "sin": _normal(rng, (64, 4, 1024), "bfloat16")},
+              args={"lnc_shard": True, "contiguous_layout": True, "relayout_in_sbuf": False}, grid=(2,),
+              reference=ref_rope, target="trn2"),
+        Entry(lib, L + "core/attention/attention_cte.py", "attention_cte",  # no_cp_unit [3, 2048, 2048, 128, fp16]
+              lambda rng: {"q": _rand(rng, (3, 2048, 128), "float16"), "k": _rand(rng, (3, 128, 2048), "float16"),
+                           "v": _rand(rng, (3, 2048, 128), "float16")},
+              args={"scale": 1.0, "causal_mask": True, "tp_q": True, "tp_out": False}, grid=(2,),
+              reference=ref_attention_cte, target="trn2"),
+        Entry(lib, L + "core/qkv/qkv_cte.py", "qkv_cte",  # accuracy_unit [1, 1, 512, 1024, None, 512, bf16, RMS, add]
+              lambda rng: {n: _normal(rng, s, "bfloat16") for n, s in (
+                  ("input", (1, 512, 1024)), ("fused_qkv_weights", (1024, 512)), ("mlp_prev", (1, 512, 1024)),
+                  ("attention_prev", (1, 512, 1024)), ("gamma_norm_weights", (1, 1024)))},
+              args={"fused_residual_add": True, "fused_norm_type": KernelValue("NormType.RMS_NORM"), "norm_eps": 1e-6},
+              reference=ref_qkv_cte_rms_fused_add, target="trn2"),
+    ]
 
 
 # ----- NKIBench ------------------------------------------------------------------------------
@@ -428,8 +520,8 @@ def run_entry(entry: Entry, corpus: str) -> dict:
             reference = (lambda: entry.reference(**inputs, **entry.args)) if entry.reference else None
             post = None
         args = {**inputs, **entry.args}
-        sim = simulate(kernel, args, target=TARGET, grid=entry.grid, time_limit_s=TIME_LIMIT_S)
-        est = estimate(sim.trace, get_target(TARGET))
+        sim = simulate(kernel, args, target=entry.target, grid=entry.grid, time_limit_s=TIME_LIMIT_S)
+        est = estimate(sim.trace, get_target(entry.target))
         res["runs"], res["latency_ns"] = True, est.latency_ns
         res["spill_bytes"], res["reload_bytes"] = sim.spill_bytes, sim.reload_bytes
         if reference is not None:

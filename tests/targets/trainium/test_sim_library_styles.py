@@ -184,3 +184,67 @@ def test_dma_transpose_refuses_axes_the_dma_engine_does_not_perform():
                 nisa.dma_transpose(dst=t, src=x, axes=(1, 0, 2))
                 return x
         """, x=np.zeros((8, 4, 16), np.float32))
+
+
+def test_dma_compute_adds_its_sources_in_float32_and_rounds_once():
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    a, b, c = (RNG.standard_normal((4, 128, 32)).astype(bf16) for _ in range(3))
+    r = sim("""
+        from nki.isa.constants import dge_mode, oob_mode
+
+        @nki.jit
+        def k(a, b, c):
+            out = nl.ndarray((128, 32), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 32), dtype=a.dtype, buffer=nl.sbuf)
+            rows = [x.ap(pattern=[[32, 128], [1, 32]], offset=2 * 128 * 32) for x in (a, b, c)]
+            nisa.dma_compute(dst=t, srcs=rows, reduce_op=nl.add)
+            nisa.dma_copy(dst=out, src=t, dge_mode=dge_mode.none, oob_mode=oob_mode.error)
+            return out
+    """, a=a, b=b, c=c)
+    want = (a[2].astype(np.float32) + b[2].astype(np.float32) + c[2].astype(np.float32)).astype(bf16)
+    np.testing.assert_array_equal(r.outputs, want)
+    assert [i.opcode for i in r.trace].count("dma_compute") == 1
+
+
+def test_dma_compute_refuses_what_dma_engines_do_not_compute():
+    with pytest.raises(KernelError, match="reduce_op must be nl.add"):
+        sim("""
+            @nki.jit
+            def k(a):
+                t = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.sbuf)
+                nisa.dma_compute(dst=t, srcs=[a, a], reduce_op=nl.maximum)
+                return a
+        """, a=np.zeros((128, 8), np.float32))
+
+
+def test_kernel_value_arguments_name_the_kernel_modules_own_enums(tmp_path):
+    from axon.errors import InputError
+    from axon.targets.trainium.simulator import KernelValue
+
+    k = write(tmp_path / "modes.py", """
+        from enum import Enum
+        import nki
+        import nki.isa as nisa
+        import nki.language as nl
+
+        class Mode(Enum):
+            COPY = 0
+            DOUBLE = 1
+
+        @nki.jit
+        def k(x, mode=Mode.COPY):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            if mode == Mode.DOUBLE:
+                nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """)
+    kernel = load_kernel(str(k), "k")
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(simulate(kernel, {"x": x, "mode": KernelValue("Mode.DOUBLE")}).outputs, 2 * x)
+    with pytest.raises(InputError, match="Mode has no 'TRIPLE'"):
+        simulate(kernel, {"x": x, "mode": KernelValue("Mode.TRIPLE")})

@@ -31,7 +31,7 @@ from .liveness import account
 from .loader import Jit, execute
 from .memory import Tile, wrap_array
 
-__all__ = ["Kernel", "ShapeDtype", "SimResult", "load_kernel", "simulate", "simulate_source"]
+__all__ = ["Kernel", "KernelValue", "ShapeDtype", "SimResult", "load_kernel", "simulate", "simulate_source"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,26 @@ class ShapeDtype:
 
     shape: tuple
     dtype: object = "float32"
+
+
+@dataclass(frozen=True)
+class KernelValue:
+    """An argument the kernel's own module defines, named by its dotted path there
+    (`KernelValue("NormType.RMS_NORM")`): each simulation executes the kernel's package afresh, so
+    an enum member or configuration object of that package exists only inside the simulation."""
+
+    name: str
+
+    def resolve(self, namespace: dict):
+        first, *rest = self.name.split(".")
+        if first not in namespace:
+            raise InputError(f"argument {self.name!r}: the kernel module defines no {first!r}")
+        value, seen = namespace[first], first
+        for part in rest:
+            if not hasattr(value, part):
+                raise InputError(f"argument {self.name!r}: {seen} has no {part!r}")
+            value, seen = getattr(value, part), f"{seen}.{part}"
+        return value
 
 
 @dataclass
@@ -207,11 +227,13 @@ def _run_guarded(ctx, thunk, time_limit_s: float):
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
 
 
-def _hbm_input(ctx, name, value, timing_only):
+def _hbm_input(ctx, name, value, timing_only, namespace):
     if isinstance(value, ShapeDtype):
         if not timing_only:
             raise InputError(f"input {name!r} has no data; ShapeDtype inputs need timing_only=True")
         return wrap_array(ctx, np.empty(tuple(value.shape), dtype=dtypes.to_dtype(value.dtype)), name)
+    if isinstance(value, KernelValue):
+        return value.resolve(namespace)
     if isinstance(value, np.ndarray):
         try:
             dt = dtypes.to_dtype(value.dtype)
@@ -281,7 +303,7 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
         ns = execute(kernel.code, kernel.path, ctx)
         fn = ns.get(kernel.name)
         fn = fn.fn if isinstance(fn, Jit) else fn
-        args = {n: _hbm_input(ctx, n, v, timing_only) for n, v in inputs.items()}
+        args = {n: _hbm_input(ctx, n, v, timing_only, ns) for n, v in inputs.items()}
         ret = None
         for ids in (np.ndindex(*grid) if grid else [()]):
             ctx.program_ids, ctx.hbm_cursor = tuple(int(i) for i in ids), 0

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from axon.errors import KernelError
 from axon.targets.trainium.trace import Engine
 
-from . import dtypes
+from . import dtypes, ops
 from .indexing import mask_array
 from .memory import Tile
 from .operands import HBM, SBUF, as_tile, check_init, dst_tile, free_size
@@ -85,6 +87,45 @@ def dma(ctx, dst, src, opcode="dma_copy", api="nisa.dma_copy", mask=None, transp
 
 def dma_copy(ctx, dst, src, mask=None, dge_mode=None, oob_mode=None, name=None, **_):
     dma(ctx, dst, src, mask=mask)
+    return dst
+
+
+def dma_compute(ctx, dst, srcs, reduce_op=None, scales=None, unique_indices=True, oob_mode=None,
+                name=None, **_):
+    """dst = reduce_op(srcs[0] * scales[0], srcs[1] * scales[1], ...) computed in float32 inside a
+    DMA engine and rounded to dst's dtype; reduce_op must be nl.add and every scale 1.0
+    [nki.isa.dma_compute docs]. One DMA that reads every source."""
+    api = "nisa.dma_compute"
+    as_tile(dst, "dst", "dma_compute")
+    if not isinstance(srcs, (list, tuple)) or not srcs:
+        raise KernelError(f"{api}: srcs must be a non-empty list of tensors")
+    for i, src in enumerate(srcs):
+        as_tile(src, f"srcs[{i}]", "dma_compute")
+        if math.prod(src.shape) != math.prod(dst.shape):
+            raise KernelError(f"{api}: dst has shape {dst.shape}, srcs[{i}] has shape {src.shape}")
+        if src.has_oob():
+            raise KernelError(f"{api}: srcs[{i}] reads out of bounds of its tensor")
+        check_init(src, "dma_compute", f"srcs[{i}]", None)
+    if reduce_op is None or ops.lookup(reduce_op, 2).name != "add":
+        raise KernelError(f"{api}: reduce_op must be nl.add (the only reduction DMA engines compute)")
+    if scales is not None and (len(scales) != len(srcs) or any(float(c) != 1.0 for c in scales)):
+        raise KernelError(f"{api}: scales must be one 1.0 per source (the only scale DMA engines apply)")
+    src_bytes = sum(math.prod(s.shape) * s.dtype.itemsize for s in srcs)
+    dst_bytes = math.prod(dst.shape) * dst.dtype.itemsize
+    hbm = sum(math.prod(s.shape) * s.dtype.itemsize for s in srcs if s.buf.memory is HBM)
+    hbm += dst_bytes if dst.buf.memory is HBM else 0
+    ctx.emit("dma_compute", Engine.DMA, dst.shape[0] if dst.buf.memory is not HBM else srcs[0].shape[0],
+             free_size(dst.shape), dst.dtype, tuple(s.region() for s in srcs), (dst.region(),),
+             {"api": api, "src": srcs[0].buf.memory.value, "dst": dst.buf.memory.value,
+              "chunk_bytes": _contiguous_bytes(dst if dst.buf.memory is HBM else srcs[0]),
+              "transpose": False}, dma_bytes=src_bytes + dst_bytes, hbm_bytes=hbm)
+    vals = None
+    if not ctx.timing_only:
+        vals = sum(np.asarray(s.values(), np.float32).reshape(dst.shape) for s in srcs)
+    else:
+        for s in srcs:
+            s.buf.read_since_write = True
+    dst.write(vals, None, None)
     return dst
 
 

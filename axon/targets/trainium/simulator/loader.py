@@ -177,15 +177,28 @@ def _isa_module(ctx, module_name: str, beta1: bool) -> types.ModuleType:
     return m
 
 
+_CONSTANTS = ("reduce_cmd", "engine", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version")
+
+
+def _constants_module(isam, module_name: str) -> types.ModuleType:
+    """`nki.isa.constants`: the enum namespaces nki.isa also exports."""
+    m = types.ModuleType(module_name)
+    for name in _CONSTANTS:
+        m.__dict__[name] = isam.__dict__[name]
+    m.__dict__["__getattr__"] = _unsupported(module_name)
+    return m
+
+
 class _Allocator:
     """What `ncc.sbuf.mod_alloc(...)`, `ncc.psum.alloc(...)` and friends return: the simulator
-    allocates the buffer itself, so an explicit placement only names the memory."""
+    allocates the buffer itself; the placement names the memory and, for a tensor placed where
+    an earlier one was, carries that one's data over (language.Placement)."""
 
     def __init__(self, kind):
         self.kind = kind
 
     def __call__(self, *args, **kwargs):
-        return self.kind
+        return language.Placement(self.kind, args, kwargs)
 
 
 def _directive(*args, **kwargs):
@@ -223,6 +236,7 @@ def build_modules(ctx) -> dict[str, types.ModuleType]:
         comp = _compiler_module(ctx, top + ".compiler")
         pkg.language, pkg.isa, pkg.typing, pkg.compiler = lang, isam, typing, comp
         mods[top + ".compiler"] = comp
+        mods[top + ".isa.constants"] = isam.constants = _constants_module(isam, top + ".isa.constants")
         for deco in ("jit", "baremetal", "benchmark", "profile", "trace", "simulate_kernel"):
             setattr(pkg, deco, _decorator)
         pkg.__dict__["__getattr__"] = _unsupported(top)
