@@ -4,7 +4,9 @@ everywhere, and the indexing forms of the reference kernels."""
 import textwrap
 
 import numpy as np
+import pytest
 
+from axon.errors import KernelError
 from axon.targets.trainium.simulator import ShapeDtype, simulate_source
 
 NEW = "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n"
@@ -103,3 +105,44 @@ def test_an_integer_on_the_last_free_axis_keeps_a_size_one_axis():
     x = np.random.default_rng(2).standard_normal((128, 4), dtype=np.float32)
     res = simulate_source(OLD + textwrap.dedent(FREE_AXIS_KEPT), "k", {"x": x}, target="trn1")
     np.testing.assert_allclose(res.outputs, 1.0 + x, rtol=1e-6)
+
+
+PLACED_IN_LOOP = """
+    import neuronxcc.nki.compiler as ncc
+
+    @nki.jit
+    def k(a, b):
+        rows = a.shape[1]
+        out = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ix, iy = nl.mgrid[0:128, 0:512]
+        ip, jf = nl.mgrid[0:128, 0:128]
+        bt = nl.load(b)
+        for g in nl.affine_range(2):
+            at = nl.ndarray((nl.par_dim(128), 128), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+            at[...] = nl.load(a[ip, g * 128 + jf], mask=(g * 128 < rows))
+            res = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32, buffer=PSUM_PLACE)
+            res[...] += nisa.nc_matmul(at, bt, mask=(g * 128 < rows))
+            # unmasked: in the group past the end this copies what the first group left there
+            o = nl.copy(res)
+            nl.store(out[g * 128 + ix, iy], value=o, mask=(g * 128 < rows))
+        return out
+"""
+
+
+def _placed(psum_place):
+    src = OLD + textwrap.dedent(PLACED_IN_LOOP).replace("PSUM_PLACE", psum_place)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((128, 128), dtype=np.float32)
+    b = rng.standard_normal((128, 512), dtype=np.float32)
+    return simulate_source(src, "k", {"a": a, "b": b}, target="trn1", partial=True), a, b
+
+
+def test_a_tensor_placed_over_an_earlier_one_holds_its_data():
+    res, a, b = _placed("ncc.psum.mod_alloc(base_bank=0)")
+    np.testing.assert_allclose(res.outputs[:128], a.T @ b, rtol=1e-4, atol=1e-3)
+    assert np.isnan(res.outputs[128:]).all()
+
+
+def test_without_a_placement_the_same_read_is_uninitialised():
+    with pytest.raises(KernelError, match=r"<kernel>:\d+: nisa.tensor_copy reads uninitialised PSUM"):
+        _placed("nl.psum")

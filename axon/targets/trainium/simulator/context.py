@@ -33,6 +33,8 @@ class SimContext:
         self._next_loop = 0
         self.loop_path: tuple = ()  # ((loop id, iteration, sequential), ...) outermost first
         self.onchip: dict[int, OnChip] = {}  # on-chip buffer id -> what liveness.account needs
+        self.placements: dict = {}  # explicit placement -> the last buffer placed there
+        self.holds_earlier_data: set[int] = set()  # buffers placed over an earlier one's data
         self.masked_off = False  # the running instruction's mask is off everywhere: it reads nothing
 
     # ----- ids and lines -----------------------------------------------------------------

@@ -44,6 +44,17 @@ class BufferKind:
         return hash(self.memory.value)
 
 
+class Placement(BufferKind):
+    """An explicit placement (`ncc.sbuf.mod_alloc(base_addr=...)`, `ncc.psum.mod_alloc(base_bank=...)`):
+    the simulator still allocates each tensor itself, but a tensor placed where an earlier one of
+    the same layout was placed (an allocation inside a loop) starts with that one's contents, as
+    it is the same memory: reading data an earlier iteration left there is no error."""
+
+    def __init__(self, kind: BufferKind, args: tuple, kwargs: dict):
+        super().__init__(kind.name, kind.memory)
+        self.key = (kind.memory, repr(args), repr(sorted(kwargs.items())))
+
+
 BUFFERS = {"sbuf": BufferKind("sbuf", SBUF), "psum": BufferKind("psum", PSUM),
            "hbm": BufferKind("hbm", HBM), "shared_hbm": BufferKind("shared_hbm", HBM),
            "private_hbm": BufferKind("private_hbm", HBM)}
@@ -92,10 +103,23 @@ def ndarray(ctx, shape, dtype, buffer=None, name="", **_):
                               f"{shape} {dtype} where instance 0 allocated {t.shape} {t.dtype}")
         return t.buf.full_tile()
     t = alloc(ctx, shape, dtype, mem, name=name, pdim=pdim)
+    if isinstance(buffer, Placement) and mem is not HBM:
+        _take_over_placement(ctx, buffer.key, t.buf)
     if shared:
         ctx.hbm_allocs.append(t)
         ctx.hbm_cursor += 1
     return t
+
+
+def _take_over_placement(ctx, key, buf):
+    prev = ctx.placements.get(key)
+    ctx.placements[key] = buf
+    if prev is None or prev.storage.shape != buf.storage.shape or prev.dtype != buf.dtype:
+        return
+    if not prev.written and prev.id not in ctx.holds_earlier_data:
+        return
+    buf.storage[...] = prev.storage
+    ctx.holds_earlier_data.add(buf.id)
 
 
 def full(ctx, shape, fill_value, dtype, buffer=None, name="", **_):
