@@ -146,3 +146,26 @@ def test_a_tensor_placed_over_an_earlier_one_holds_its_data():
 def test_without_a_placement_the_same_read_is_uninitialised():
     with pytest.raises(KernelError, match=r"<kernel>:\d+: nisa.tensor_copy reads uninitialised PSUM"):
         _placed("nl.psum")
+
+
+GATHER_THROUGH_RESHAPE = """
+    @nki.jit
+    def k(x, rows):
+        out = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        flat = x.reshape(shape=(2, 96, 16))  # [b, h * w, c]
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(16)[None, :]
+        idx = nl.load(rows)  # [128, 1] int32 row offsets into the h * w axis
+        got = nl.load(flat[1, idx, jf])
+        nl.store(out[ip, jf], value=got)
+        return out
+"""
+
+
+def test_an_index_tile_gathers_through_a_reshaped_view():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 8, 12, 16), dtype=np.float32)
+    rows = rng.integers(0, 96, size=(128, 1)).astype(np.int32)
+    res = simulate_source(OLD + textwrap.dedent(GATHER_THROUGH_RESHAPE), "k", {"x": x, "rows": rows},
+                          target="trn1")
+    np.testing.assert_array_equal(res.outputs, x.reshape(2, 96, 16)[1, rows[:, 0]])

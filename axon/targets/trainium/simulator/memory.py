@@ -136,11 +136,24 @@ class Tile:
                 ini = None if ini is None else ini.reshape(r.reshape)
             t.arr, t.ini, t.valid, t.idx = arr, ini, r.valid, None
         else:
-            if self.arr is not self.buf.data:
-                raise KernelError("gathered (non-affine) subscripts are only supported on whole tensors")
             t.arr = t.ini = t.valid = None
-            t.idx, t.oob, t.off = r.idx, r.oob, 0
+            t.idx, t.oob, t.off = self._buffer_indices(r.idx), r.oob, 0
         return t
+
+    def _buffer_indices(self, idx: tuple) -> tuple:
+        """Gathered indices into this view (`x.reshape(...)[b, index_tile, f]`, a slice of a tensor)
+        as indices into its whole buffer, through the view's element offset and strides."""
+        data, arr = self.buf.data, self.arr
+        if arr is data:
+            return idx
+        if not data.flags.c_contiguous:
+            raise KernelError("gathered (non-affine) subscripts of a view need a contiguous tensor "
+                              "(index the whole on-chip tensor instead)")
+        item = data.itemsize
+        flat = (arr.__array_interface__["data"][0] - data.__array_interface__["data"][0]) // item
+        for i, st in zip(idx, arr.strides):
+            flat = flat + i.astype(np.int64) * (st // item)
+        return np.unravel_index(flat, data.shape)
 
     def reshape(self, shape):
         """Reshape an HBM tensor (or a contiguous view) without copying."""
