@@ -168,7 +168,7 @@ def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, bud
             say(f"{label}: {err}")
     say("checking the direct lowering numerically")
     direct_check = _check_direct(name, getattr(full, "baseline_source", ""), sizes, target, dtype)
-    say("hand-written kernel")
+    say("Axon's hand-written kernel")
     hand = _hand(name, sizes, target, dtype)
     if hand and hand.get("ns") is not None and not hand["reference_ok"]:
         say(f"warning: the hand-written {name} kernel fails its numerical check ({hand['checked']})")

@@ -5,7 +5,7 @@ DIR holds checkouts of public kernel repositories (fetched, never part of Axon):
     DIR/AccelOpt              zhang677/AccelOpt (NKIBench: kernels AWS's compiler generated)
     DIR/nki-library           aws-neuron/nki-library (AWS's current-API kernel library)
 
-`AWS_KERNELS` says, per benchmark, which file and function computes the benchmark's meaning, how
+`AWS_KERNELS` says, per benchmark, which files and functions compute the benchmark's meaning, how
 the benchmark's inputs at a case become the kernel's arguments (layout only: a transpose, a
 reshape, a broadcast of shared heads; every one is stated in the entry's `note`), what sizes and
 dtypes the kernel accepts, and how its outputs become the benchmark's. The kernel file runs
@@ -19,9 +19,10 @@ matmul tutorial adds each K block's PSUM result into a bf16 SBUF tile) is allowe
 P(|x|) per such rounding, P the program on the inputs' absolute values (sum |a||b| for a matmul,
 which bounds every partial sum), since Axon's bound assumes sums kept in float32.
 
-`measure(...)` gives one report row's entry: the latency, or None with the reason (no kernel,
-a size the kernel does not accept, a simulator failure, a failed check). A number is reported only
-for a kernel that ran and passed its check.
+`measure(...)` gives one report row's entry: the fastest of the benchmark's AWS kernels that ran
+and passed its check, or no latency and the reason (no kernel, a size the kernel does not accept,
+a simulator failure, a failed check); the entry lists every kernel tried. A number is reported
+only for a kernel that ran and passed its check.
 """
 from __future__ import annotations
 
@@ -170,7 +171,7 @@ def _nkibench(benchmark: str, stem: str, dims: dict[str, str], inputs: tuple[str
                      note + "; inputs reshaped by its own transform_to_nki_inputs", prepare, finish, refuses)
 
 
-AWS_KERNELS: dict[str, AwsKernel] = {k.benchmark: k for k in [
+_KERNELS = [
     _tutorial_matmul("matmul", lambda x: x["x"].T, lambda x: x["w"], ("m", "k", "n"),
                      "lhsT = x^T (transposed on the host)"),
     _tutorial_matmul("transpose_matmul", lambda x: x["x"], lambda x: x["w"], ("m", "k", "n"),
@@ -193,12 +194,20 @@ AWS_KERNELS: dict[str, AwsKernel] = {k.benchmark: k for k in [
               "q as [1, kv*g, d, s], k as [1, kv, d, t], v as [1, kv, t, d] (transposed on the host), SPMD grid "
               "[1, kv] as the kernel's GQA usage says; softmax_scale = 1, no causal mask; default FlashConfig",
               _gqa_prepare, _gqa_finish, _gqa_refuses, lambda s: (1, s["kv"])),
+    AwsKernel("gqa", LIBRARY, "src/nkilib_src/nkilib/core/attention/attention_cte.py", "attention_cte",
+              "q as [kv*g, s, d] (tp_q), k as [kv, t, d] (tp_k), v as [kv, t, d]: reshapes only, its native GQA "
+              "(query batch b reads kv batch b // g); scale = 1, causal_mask = False",
+              lambda x, s, c: ({"q": x["q"].reshape(s["kv"] * s["g"], s["s"], s["d"]), "k": x["k"][:, 0],
+                                "v": x["v"][:, 0]}, {"scale": 1.0, "causal_mask": False, "tp_q": True, "tp_k": True}),
+              _gqa_finish),
     _nkibench("rmsnorm_matmul", "rmsnorm_matmul_M4096_N2048_K1024", {"M": "m", "N": "n", "K": "k"}, ("x", "w"),
               "no eps"),
     _nkibench("silu", "silu_M4096_N7168", {"M": "m", "N": "n"}, ("x",), "x"),
     _nkibench("gated_mlp", "swiglu_M4096_N3072_K1024", {"M": "m", "N": "n", "K": "k"}, ("x", "w2", "w3", "w1"),
               "swiglu(x, w_up = w2, w_down = w3, w_gate = w1)"),
-]}
+]
+AWS_KERNELS: dict[str, tuple[AwsKernel, ...]] = {
+    b: tuple(k for k in _KERNELS if k.benchmark == b) for b in dict.fromkeys(k.benchmark for k in _KERNELS)}
 
 # near misses: kernels of the corpus whose meaning differs from the benchmark's
 NO_MATCH = {
@@ -294,11 +303,13 @@ def _check_sizes(kernel: AwsKernel, sizes: dict, dtype: str, budget: int) -> Opt
     return None
 
 
+def _id(kernel: AwsKernel) -> str:
+    return f"{kernel.checkout}/{kernel.path}:{kernel.function}"
+
+
 def is_current(benchmark: str, entry: dict) -> bool:
-    """Whether a report's entry names the kernel the table now gives for `benchmark`."""
-    kernel = AWS_KERNELS.get(benchmark)
-    return entry.get("kernel") == (kernel.name if kernel else None) and \
-        (kernel is None or entry.get("file") == f"{kernel.checkout}/{kernel.path}")
+    """Whether a report's entry tried the kernels the table now gives for `benchmark`."""
+    return entry.get("tried", []) == [_id(k) for k in AWS_KERNELS.get(benchmark, ())]
 
 
 def _first_line(err: Exception, corpus: Path) -> str:
@@ -306,13 +317,24 @@ def _first_line(err: Exception, corpus: Path) -> str:
 
 
 def measure(benchmark: str, sizes: dict, target: str, dtype: str, corpus, budget: int) -> dict:
-    """One report entry: {"kernel", "source", "note", "ns"} with "ns" None and "why" said where no
-    checked latency exists; `budget` is the most work checked with data at the case itself."""
-    corpus = Path(corpus)
-    kernel = AWS_KERNELS.get(benchmark)
-    if kernel is None:
-        return {"kernel": None, "ns": None,
+    """One report entry: {"kernel", "source", "note", "ns"} of the fastest kernel that passed, or
+    "ns" None and "why"; "tried" names every kernel tried and "others" holds the rest's entries.
+    `budget` is the most work checked with data at the case itself."""
+    kernels = AWS_KERNELS.get(benchmark, ())
+    if not kernels:
+        return {"kernel": None, "ns": None, "tried": [],
                 "why": NO_MATCH.get(benchmark, "no kernel in the corpus computes this benchmark")}
+    entries = [measure_kernel(k, sizes, target, dtype, Path(corpus), budget) for k in kernels]
+    passed = [e for e in entries if e["ns"] is not None]
+    best = min(passed, key=lambda e: e["ns"]) if passed else entries[0]
+    out = {**best, "tried": [_id(k) for k in kernels], "others": [e for e in entries if e is not best]}
+    if not passed and len(entries) > 1:
+        out["why"] = "; ".join(f"{e['kernel']}: {e['why']}" for e in entries)
+    return out
+
+
+def measure_kernel(kernel: AwsKernel, sizes: dict, target: str, dtype: str, corpus: Path, budget: int) -> dict:
+    """One kernel's entry: its latency if it ran and passed, else "ns" None and "why"."""
     entry = {"kernel": kernel.name, "source": kernel.source, "file": f"{kernel.checkout}/{kernel.path}",
              "note": kernel.note, "ns": None}
     if not kernel.file(corpus).is_file():

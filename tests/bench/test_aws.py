@@ -30,6 +30,21 @@ def nki_softmax_kernel(a_tensor):
   return out_tensor
 '''
 
+# the same meaning with a redundant second pass over each tile: slower
+SOFTMAX_TWICE = '''@nki.jit
+def nki_softmax_kernel_twice(a_tensor):
+  out_tensor = nl.ndarray(a_tensor.shape, dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+  ix = nl.arange(128)[:, None]
+  iy = nl.arange(a_tensor.shape[1])[None, :]
+  for i in nl.affine_range(math.ceil(a_tensor.shape[0] / 128)):
+    tile = nl.load(a_tensor[i * 128 + ix, iy])
+    shifted = nl.subtract(tile, nl.max(tile, axis=[1], keepdims=True))
+    num = nl.exp(shifted)
+    again = nl.exp(nl.subtract(tile, nl.max(tile, axis=[1], keepdims=True)))
+    nl.store(out_tensor[i * 128 + ix, iy], value=again / nl.sum(num, axis=[1], keepdims=True))
+  return out_tensor
+'''
+
 # forgets the learned scale g: runs, but is not the benchmark's rmsnorm
 RMSNORM_WITHOUT_SCALE = HEADER + '''@nki.jit
 def nki_rmsnorm_kernel(a_tensor, g_tensor):
@@ -111,14 +126,14 @@ def transform_to_nki_inputs(inputs):
 
 def _corpus(tmp_path):
     root = tmp_path / "corpus"
-    files = {aws.TUTORIALS + "softmax/softmax_nki_kernels.py": SOFTMAX,
+    files = {aws.TUTORIALS + "softmax/softmax_nki_kernels.py": SOFTMAX + "\n\n" + SOFTMAX_TWICE,
              aws.TUTORIALS + "rmsnorm/rmsnorm_nki_kernels.py": RMSNORM_WITHOUT_SCALE,
              aws.TUTORIALS + "layernorm/layernorm_nki_kernel.py": LAYERNORM_OUT_OF_BOUNDS,
              aws.TUTORIALS + "matrix_multiplication/matrix_multiplication_nki_kernels.py": MATMUL}
     for path, text in files.items():
         (root / aws.SAMPLES / path).parent.mkdir(parents=True, exist_ok=True)
         (root / aws.SAMPLES / path).write_text(text)
-    lib = root / aws.LIBRARY / aws.AWS_KERNELS["cumsum"].path
+    lib = root / aws.LIBRARY / aws.AWS_KERNELS["cumsum"][0].path
     lib.parent.mkdir(parents=True, exist_ok=True)
     lib.write_text(CUMSUM)
     nkb = root / aws.NKIBENCH / "NKIBench"
@@ -153,6 +168,24 @@ def test_matmul_layouts_reach_the_lhsT_kernel(tmp_path, name, sizes):
     assert "lhsT" in e["note"]
 
 
+def test_the_fastest_kernel_that_passes_fills_the_column(tmp_path, monkeypatch):
+    import dataclasses
+
+    corpus = _corpus(tmp_path)
+    (real,) = aws.AWS_KERNELS["softmax"]
+    twice = dataclasses.replace(real, function="nki_softmax_kernel_twice")
+    absent = dataclasses.replace(real, path="elsewhere/softmax.py")
+    monkeypatch.setitem(aws.AWS_KERNELS, "softmax", (absent, twice, real))
+    e = _measure(corpus, "softmax", {"m": 256, "n": 512})
+    assert e["kernel"].endswith(":nki_softmax_kernel") and e["ns"] > 0
+    assert len(e["tried"]) == 3 and [o["kernel"] for o in e["others"]] == [
+        "softmax.py:nki_softmax_kernel", "softmax_nki_kernels.py:nki_softmax_kernel_twice"]
+    assert "not in the corpus" in e["others"][0]["why"] and e["others"][1]["ns"] > e["ns"]
+    monkeypatch.setitem(aws.AWS_KERNELS, "softmax", (absent, dataclasses.replace(absent, path="gone.py")))
+    e = _measure(corpus, "softmax", {"m": 256, "n": 512})
+    assert e["ns"] is None and e["why"].count("is not in the corpus") == 2
+
+
 def test_a_kernel_of_another_meaning_gets_no_number(tmp_path):
     e = _measure(_corpus(tmp_path), "rmsnorm", {"m": 128, "n": 512})
     assert e["ns"] is None and e["reference_ok"] is False
@@ -171,7 +204,7 @@ def test_sizes_the_kernel_does_not_take_and_missing_kernels(tmp_path):
     e = _measure(corpus, "matmul_transpose", {"m": 128, "k": 256, "n": 512})  # m is the kernel's N
     assert e["ns"] is None and "m % 512 == 0" in e["why"]
     assert _measure(corpus, "relu", {"m": 128, "n": 512}) == {
-        "kernel": None, "ns": None, "why": "no kernel in the corpus computes this benchmark"}
+        "kernel": None, "ns": None, "tried": [], "why": "no kernel in the corpus computes this benchmark"}
     e = _measure(corpus, "gqa", suite.get("gqa").sizes("small"))
     assert e["ns"] is None and "not in the corpus" in e["why"]
 
@@ -179,7 +212,7 @@ def test_sizes_the_kernel_does_not_take_and_missing_kernels(tmp_path):
 def test_nkibench_kernels_take_their_own_shape_and_dtype_only(tmp_path, monkeypatch):
     corpus = _corpus(tmp_path)
     k = aws._nkibench("silu", "silu_M256_N256", {"M": "m", "N": "n"}, ("x",), "x")
-    monkeypatch.setitem(aws.AWS_KERNELS, "silu", k)
+    monkeypatch.setitem(aws.AWS_KERNELS, "silu", (k,))
     e = _measure(corpus, "silu", {"m": 256, "n": 256}, dtype="float32")
     assert e["ns"] > 0 and e["reference_ok"] and e["source"].startswith("NKIBench (AccelOpt")
     assert "m=256,n=256 only" in _measure(corpus, "silu", {"m": 128, "n": 256}, dtype="float32")["why"]
@@ -228,7 +261,7 @@ def test_bench_with_a_corpus_adds_the_column_to_kept_cases(tmp_path, monkeypatch
 
     # a row measured with another table of kernels gets its AWS column again, nothing else
     data = json.loads(path.read_text())
-    data["cases"][1]["aws"] = {**data["cases"][1]["aws"], "kernel": "older.py:f", "ns": 1.0}
+    data["cases"][1]["aws"] = {**data["cases"][1]["aws"], "tried": ["older/k.py:f"], "ns": 1.0}
     path.write_text(json.dumps(data))
     again = run_bench(grid="small", benchmarks=["softmax", "rmsnorm", "relu"], json_path=path, corpus=corpus)
     assert again["cases"][1]["aws"]["kernel"] == "softmax_nki_kernels.py:nki_softmax_kernel"
