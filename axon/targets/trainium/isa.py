@@ -51,7 +51,8 @@ ACT_FUNCS = tuple(ACT_FUNC_NAMES)
 # Arithmetic ALU operators of the Vector engine that have a tensor-level meaning ("Supported Math
 # Operators for NKI ISA"), with their nki.language names.
 ALU_OP_NAMES = {S.ADD: "add", S.SUB: "subtract", S.MUL: "multiply", S.DIV: "divide", S.MAXIMUM: "maximum",
-                S.MINIMUM: "minimum"}
+                S.MINIMUM: "minimum", S.GE: "greater_equal", S.GT: "greater", S.LE: "less_equal", S.LT: "less",
+                S.EQ: "equal"}
 ALU_OPS = tuple(ALU_OP_NAMES)
 NO_OP = (None,)
 NKI_NAMES = {**ALU_OP_NAMES, **ACT_FUNC_NAMES}  # every hole operator -> its nl.<name>

@@ -1,5 +1,6 @@
-"""Literal dimensions (`x=("m", 4096)`): the reference, verify and optimize accept them alike.
-Optimize searches the program with each literal named and bound to its value."""
+"""Frontend features through optimize as through the reference and verify: literal dimensions
+(`x=("m", 4096)`: optimize searches the program with each literal named and bound to its value)
+and comparisons (1.0 / 0.0 masks, lowered to the Vector engine's comparison ALU operators)."""
 import numpy as np
 import pytest
 
@@ -54,3 +55,13 @@ def test_optimize_a_program_with_a_literal_dimension():
     assert r.sizes == {"m": 128}  # the user's sizes, not the internal names
     assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
     assert r.latency_ns <= r.baseline_latency_ns
+
+
+def test_optimize_a_program_with_comparisons():
+    @axon.program(x=("m", "n"), y=("m", "n"))
+    def step_mask(x, y):
+        return (x > 0.5) * y + (x <= y)
+
+    r = optimize(step_mask, {"m": 128, "n": 256}, dtype="float32")
+    assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
+    assert "nl.greater" in r.kernel_source and "nl.greater_equal" in r.kernel_source
