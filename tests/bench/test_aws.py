@@ -268,6 +268,18 @@ def test_bench_with_a_corpus_adds_the_column_to_kept_cases(tmp_path, monkeypatch
     assert again["cases"][1]["baselines"]["aws"] == softmax["aws"]["ns"]
 
 
+def test_plots_draw_the_aws_bars(tmp_path):
+    pytest.importorskip("matplotlib")
+    from axon.bench.report import plots
+
+    path = tmp_path / "r.json"
+    _kept_report(path, ["softmax", "relu"])
+    doc = run_bench(grid="small", benchmarks=["softmax", "relu"], json_path=path, corpus=_corpus(tmp_path))
+    written = plots(doc, tmp_path / "plots")
+    assert [p.name for p in written] == ["speedup.png", "roofline.png", "search_time.png"]
+    assert (tmp_path / "plots" / "speedup.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_the_looser_rule_for_running_sums_in_the_output_dtype():
     """The matmul tutorial adds each K block into a bf16 tile: Axon's bound (sums in float32) rejects
     that, the stated allowance of u_out sum|a||b| per block accepts it, and a wrong sum still fails."""
