@@ -169,3 +169,28 @@ def test_an_index_tile_gathers_through_a_reshaped_view():
     res = simulate_source(OLD + textwrap.dedent(GATHER_THROUGH_RESHAPE), "k", {"x": x, "rows": rows},
                           target="trn1")
     np.testing.assert_array_equal(res.outputs, x.reshape(2, 96, 16)[1, rows[:, 0]])
+
+
+WINDOW_BROADCASTS = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8, 3, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        w = nl.mgrid[0:128, 0:8, 0:3, 0:3]
+        t = nl.load(x)
+        top = nl.max(t, axis=[2, 3], keepdims=True)  # [128, 8, 1, 1]
+        pos = nisa.iota(3 * w.y + w.z, dtype=nl.uint32)  # [1, 1, 3, 3]: no partition term
+        hit = nl.equal(top, t, dtype=nl.float32)
+        first = nl.where(hit, pos, 9, dtype=nl.float32)  # a one-partition x
+        lt = nl.subtract(pos, top, dtype=nl.float32)  # both operands broadcast
+        nl.store(out, value=nl.add(first, lt))
+        return out
+"""
+
+
+def test_operands_broadcast_across_partitions_and_free_axes():
+    x = np.random.default_rng(5).standard_normal((128, 8, 3, 3), dtype=np.float32)
+    res = simulate_source(NEW + textwrap.dedent(WINDOW_BROADCASTS), "k", {"x": x}, target="trn1")
+    top = x.max(axis=(2, 3), keepdims=True)
+    pos = (3 * np.arange(3)[:, None] + np.arange(3)[None, :]).astype(np.float32)
+    want = np.where(x == top, pos, 9.0) + (pos - top)
+    np.testing.assert_allclose(res.outputs, want, rtol=1e-6, atol=1e-6)

@@ -253,7 +253,24 @@ def binary(ctx, op: ops.Op, x, y, dtype=None, mask=None, dst=None, **_):
         return binary(ctx, op, x, broadcast_to(ctx, y, x.shape), dtype, mask, dst)
     if x.shape[0] == 1 and operands.free_size(y.shape) == operands.free_size(x.shape):
         return binary(ctx, op, broadcast_to(ctx, x, y.shape), y, dtype, mask, dst)
+    full = _common_shape(x.shape, y.shape)
+    if full is not None:  # shapes broadcastable to a common one [nl.add]: partitions first
+        if y.shape[0] == 1 and full[0] != 1:
+            return binary(ctx, op, x, broadcast_to(ctx, y, full[:1] + tuple(y.shape[1:])), dtype, mask, dst)
+        if x.shape[0] == 1 and full[0] != 1:
+            return binary(ctx, op, broadcast_to(ctx, x, full[:1] + tuple(x.shape[1:])), y, dtype, mask, dst)
+        if full != tuple(x.shape):  # x broadcast along free axes (y's are zero-stride reads)
+            return binary(ctx, op, broadcast_to(ctx, x, full), y, dtype, mask, dst)
     raise KernelError(f"nl.{op.name}: operand shapes {x.shape} and {y.shape} do not broadcast")
+
+
+def _common_shape(a, b):
+    if len(a) != len(b):
+        return None
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        return None
 
 
 _COMMUTATIVE = {"add", "multiply", "maximum", "minimum", "equal", "not_equal", "bitwise_and",
@@ -442,10 +459,13 @@ class NKIObject:
 
 def where(ctx, condition, x, y, dtype=None, mask=None, **_):
     """nl.where(condition, x, y): x where condition is true, else y (one Vector Engine select)."""
-    tiles = [t for t in (condition, x, y) if isinstance(t, Tile)]
     if not isinstance(condition, Tile):
         raise KernelError("nl.where: the condition must be a tile")
     shape = condition.shape
+    # x.shape and y.shape broadcast to the condition's [nl.where]: a one-partition operand is
+    # broadcast across partitions first (as in nl.add); free axes of size 1 broadcast in the select
+    x, y = (_partition_broadcast(ctx, t, shape) for t in (x, y))
+    tiles = [t for t in (condition, x, y) if isinstance(t, Tile)]
     out, fresh = operands.dst_tile(ctx, None, shape, dtypes.to_dtype(dtype) if dtype is not None else
                                    next((t.dtype for t in (x, y) if isinstance(t, Tile)), dtypes.float32),
                                    SBUF, "select", mask)
@@ -463,6 +483,12 @@ def where(ctx, condition, x, y, dtype=None, mask=None, **_):
     res = None if vals[0] is None else np.where(np.asarray(vals[0]) != 0, vals[1], vals[2]).astype(np.float32)
     return operands.finish(ctx, out, fresh, None if res is None else np.broadcast_to(res, shape),
                            operands.and_init(*inits), mask, ins)
+
+
+def _partition_broadcast(ctx, t, shape):
+    if not isinstance(t, Tile) or t.shape[0] != 1 or shape[0] == 1 or len(t.shape) != len(shape):
+        return t
+    return broadcast_to(ctx, t, (shape[0],) + tuple(t.shape[1:]))
 
 
 def device_print(ctx, *args, **_):
