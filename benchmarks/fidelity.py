@@ -387,6 +387,37 @@ def ref_qkv_cte_rms_fused_add(input, fused_qkv_weights, mlp_prev, attention_prev
     return h @ _f32(fused_qkv_weights)
 
 
+def ref_mlp_rms_fused_add(hidden_tensor, gate_proj_weights_tensor, up_proj_weights_tensor, down_proj_weights_tensor,
+                          normalization_weights_tensor, fused_add_tensor, eps=1e-6, **_):  # SiLU gate
+    h = _f32(hidden_tensor) + _f32(fused_add_tensor)
+    h = h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + eps) * _f32(normalization_weights_tensor)
+    gate = h @ _f32(gate_proj_weights_tensor)
+    return (gate / (1.0 + np.exp(-gate)) * (h @ _f32(up_proj_weights_tensor))) @ _f32(down_proj_weights_tensor)
+
+
+def ref_output_projection(attention, weight, bias=None, **_):  # attention [B, N, D, S] -> [B, S, H]
+    b, n, d, s = attention.shape
+    out = _f32(attention).transpose(0, 3, 1, 2).reshape(b, s, n * d) @ _f32(weight)
+    return out + (0.0 if bias is None else _f32(bias))
+
+
+def ref_output_projection_tkg(attention, weight, bias=None, **_):  # attention [D, B, N, S] -> [B*S, H]
+    d, b, n, s = attention.shape
+    out = _f32(attention).transpose(1, 3, 2, 0).reshape(b * s, n * d) @ _f32(weight)
+    return out + (0.0 if bias is None else _f32(bias))
+
+
+def ref_router_topk_softmax_after(x, w, w_bias, router_logits, expert_affinities, expert_index, k, **_):
+    """x [H, T]: logits = x.T @ w + bias; the k largest per token (descending); their softmax,
+    scattered back to the experts they came from."""
+    logits = _f32(x).T @ _f32(w) + _f32(w_bias)
+    index = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+    top = np.take_along_axis(logits, index, axis=-1)
+    affinities = np.zeros_like(logits)
+    np.put_along_axis(affinities, index, _softmax(top, axis=-1), axis=-1)
+    return [logits, index, affinities]
+
+
 L = "src/nkilib_src/nkilib/"
 
 
@@ -422,6 +453,34 @@ def library_entries() -> list[Entry]:
                   ("attention_prev", (1, 512, 1024)), ("gamma_norm_weights", (1, 1024)))},
               args={"fused_residual_add": True, "fused_norm_type": KernelValue("NormType.RMS_NORM"), "norm_eps": 1e-6},
               reference=ref_qkv_cte_rms_fused_add, target="trn2"),
+        Entry(lib, L + "core/mlp/mlp.py", "mlp",  # mlp_cte unit [1, 1, 512, 1024, 448, RMS_NORM, fused_add, SiLU]
+              lambda rng: {n: _normal(rng, s, "bfloat16") for n, s in (
+                  ("hidden_tensor", (1, 512, 1024)), ("gate_proj_weights_tensor", (1024, 448)),
+                  ("up_proj_weights_tensor", (1024, 448)), ("down_proj_weights_tensor", (448, 1024)),
+                  ("normalization_weights_tensor", (1, 1024)), ("fused_add_tensor", (1, 512, 1024)))},
+              args={"normalization_type": KernelValue("NormType.RMS_NORM"), "activation_fn": KernelValue("ActFnType.SiLU")},
+              reference=ref_mlp_rms_fused_add, target="trn2"),
+        Entry(lib, L + "core/output_projection/output_projection_cte/output_projection_cte.py",
+              "output_projection_cte",  # unit (1, 1024, 3072, 16, 64, bias), bf16
+              lambda rng: {"attention": _normal(rng, (1, 16, 64, 1024), "bfloat16"),
+                           "weight": _normal(rng, (1024, 3072), "bfloat16"),
+                           "bias": (100 * _normal(rng, (1, 3072))).astype(_normal(rng, (1,), "bfloat16").dtype)},
+              grid=(2,), reference=ref_output_projection, target="trn2"),
+        Entry(lib, L + "core/output_projection/output_projection_tkg.py", "output_projection_tkg",
+              # [B 4, n_heads 8, S 4, d_head 64, H 3072, NONE, bias, no transpose]
+              lambda rng: {"attention": _rand(rng, (64, 4, 8, 4), "bfloat16"), "weight": _rand(rng, (512, 3072), "bfloat16"),
+                           "bias": (100 * _normal(rng, (1, 3072))).astype(_normal(rng, (1,), "bfloat16").dtype)},
+              grid=(2,), reference=ref_output_projection_tkg, target="trn2"),
+        Entry(lib, L + "core/router_topk/router_topk.py", "router_topk",
+              # (128, 3072, 128, 4, SOFTMAX, bias, no pre-norm), x in HBM as [H, T]
+              lambda rng: {"x": _rand(rng, (3072, 128), "bfloat16", -0.1, 0.1), "w": _rand(rng, (3072, 128), "bfloat16", -0.1, 0.1),
+                           "w_bias": _rand(rng, (1, 128), "bfloat16", -0.1, 0.1),
+                           "router_logits": np.zeros((128, 128), _normal(rng, (1,), "bfloat16").dtype),
+                           "expert_affinities": np.zeros((128, 128), _normal(rng, (1,), "bfloat16").dtype),
+                           "expert_index": np.zeros((128, 4), np.uint32)},
+              args={"act_fn": KernelValue("common_types.RouterActFnType.SOFTMAX"), "k": 4, "x_hbm_layout": 0,
+                    "x_sb_layout": 0, "router_pre_norm": False},
+              grid=(2,), reference=ref_router_topk_softmax_after, target="trn2"),
     ]
 
 

@@ -248,3 +248,73 @@ def test_kernel_value_arguments_name_the_kernel_modules_own_enums(tmp_path):
     np.testing.assert_array_equal(simulate(kernel, {"x": x, "mode": KernelValue("Mode.DOUBLE")}).outputs, 2 * x)
     with pytest.raises(InputError, match="Mode has no 'TRIPLE'"):
         simulate(kernel, {"x": x, "mode": KernelValue("Mode.TRIPLE")})
+
+
+def test_nc_stream_shuffle_moves_partitions_within_each_quadrant_and_keeps_255():
+    mask = [(i + 1) % 32 for i in range(32)]
+    mask[5] = 255
+    r = sim(f"""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+            s = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+            d = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=x)
+            nisa.memset(d, value=-1.0)
+            nisa.nc_stream_shuffle(dst=d, src=s, shuffle_mask={mask})
+            nisa.dma_copy(dst=out, src=d)
+            return out
+    """, x=(x := RNG.standard_normal((64, 8)).astype(np.float32)))
+    want = np.full((64, 8), -1.0, np.float32)
+    for j in range(64):
+        if mask[j % 32] != 255:
+            want[j] = x[32 * (j // 32) + mask[j % 32]]
+    np.testing.assert_array_equal(r.outputs, want)
+
+
+def test_nc_stream_shuffle_broadcasts_one_partition_in_the_beta1_argument_order():
+    src = textwrap.dedent("""
+        from neuronxcc import nki
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((20, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            d = nl.ndarray((20, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.nc_stream_shuffle(t[0:1, :], d, [0] * 32)
+            nl.store(out, d)
+            return out
+    """)
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(simulate_source(src, "k", {"x": x}).outputs, np.broadcast_to(x[0], (20, 8)))
+
+
+def test_nc_stream_shuffle_refuses_a_source_partition_past_src():
+    with pytest.raises(KernelError, match="reads source partition 1, but src spans 1"):
+        sim("""
+            @nki.jit
+            def k(x):
+                t = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=x)
+                nisa.nc_stream_shuffle(dst=t, src=t[0:1, :], shuffle_mask=[0, 1] + [255] * 30)
+                return x
+        """, x=np.zeros((4, 8), np.float32))
+
+
+def test_mx_packed_dtypes_exist_for_comparisons_and_are_refused_for_tensors():
+    r = sim("""
+        @nki.jit
+        def k(x):
+            assert x.dtype != nl.float8_e4m3fn_x4 and nl.float4_e2m1fn_x4 != nl.float8_e5m2_x4
+            return x
+    """, x=np.zeros((2, 2), np.float32))
+    np.testing.assert_array_equal(r.outputs, 0)
+    with pytest.raises(KernelError, match="MX packed dtype nl.float8_e4m3fn_x4 is not supported"):
+        sim("""
+            @nki.jit
+            def k(x):
+                t = nl.ndarray((128, 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+                return x
+        """, x=np.zeros((2, 2), np.float32))

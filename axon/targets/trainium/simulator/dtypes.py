@@ -31,6 +31,10 @@ EXPORTED = {
     "int8": int8, "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
     "uint32": uint32, "bool_": bool_,
 }
+# MX packed types (several narrow floats per element, with shared scales): named so kernels can
+# compare against them, refused wherever a tensor would hold them.
+MX_PACKED = {name: np.dtype([(name, np.uint8, (nbytes,))]) for name, nbytes in
+             (("float8_e4m3fn_x4", 4), ("float8_e5m2_x4", 4), ("float4_e2m1fn_x4", 2))}
 _BY_NAME = dict(EXPORTED)
 _BY_NAME.update({"fp32": float32, "bf16": bfloat16, "fp16": float16, "float": float32,
                  "int": int32, "bool": bool_})
@@ -52,6 +56,9 @@ def to_dtype(value) -> np.dtype:
         raise KernelError("float64 is not an NKI data type (use nl.float32)")
     if dt == np.int64:
         raise KernelError("int64 is not an NKI data type (use nl.int32)")
+    for packed, pdt in MX_PACKED.items():
+        if dt == pdt:
+            raise KernelError(f"MX packed dtype nl.{packed} is not supported by the Axon NKI simulator")
     if dt not in _SUPPORTED:
         raise KernelError(f"unsupported dtype {dt}")
     return dt

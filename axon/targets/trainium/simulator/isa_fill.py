@@ -122,3 +122,58 @@ def affine_select(ctx, dst, *args, mask=None, dtype=None, name=None, **kw):
     vals = None if v is None else np.where(pred, v, F32(false_value))
     init = None if ini is None else (ini | ~pred)
     return finish(ctx, out, fresh, vals, init, mask, ins)
+
+
+_QUADRANT = 32  # partitions a stream shuffle permutes within [nki.isa.nc_stream_shuffle docs]
+_KEEP = 255  # a shuffle_mask entry that leaves its destination partition unmodified
+
+
+def nc_stream_shuffle(ctx, dst, src, shuffle_mask, mask=None, name=None, **_):
+    """Cross-partition move on the Vector Engine: destination partition j (counted from dst's first
+    partition) takes source partition 32 * (j // 32) + shuffle_mask[j % 32] (counted from src's
+    first); a mask entry of 255 leaves partition j unmodified. Same dtype and free size."""
+    opc = "nc_stream_shuffle"
+    s, out = onchip(ctx, src, "src", opc), onchip(ctx, dst, "dst", opc)
+    if s.dtype != out.dtype:
+        raise KernelError(f"nisa.{opc}: dst is {out.dtype.name} but src is {s.dtype.name} (no conversion)")
+    if free_size(s.shape) != free_size(out.shape):
+        raise KernelError(f"nisa.{opc}: dst {out.shape} and src {s.shape} differ in elements per partition")
+    picks = _shuffle_sources(shuffle_mask, out.shape[0], s.shape[0], opc)
+    ins = ctx.emit(opc, Engine.VECTOR, out.shape[0], free_size(out.shape), out.dtype, (s.region(),),
+                   (out.region(),), src_extra(s))
+    v, ini = read(ctx, s, opc, "src")
+    rows = np.array([j for j, _ in picks], dtype=np.int64)
+    from_rows = np.array([p for _, p in picks], dtype=np.int64)
+    written = np.zeros(out.shape, dtype=bool)
+    written[rows] = True
+    vals = None
+    if v is not None:
+        vals = np.zeros(out.shape, dtype=F32)
+        vals[rows] = v.reshape(s.shape[0], -1)[from_rows].reshape((len(rows),) + out.shape[1:])
+    init = None
+    if ini is not None:
+        init = np.zeros(out.shape, dtype=bool)
+        init[rows] = ini.reshape(s.shape[0], -1)[from_rows].reshape((len(rows),) + out.shape[1:])
+    out.write(vals, init, written)
+    return out
+
+
+def _shuffle_sources(shuffle_mask, n_dst: int, n_src: int, opc: str) -> list[tuple[int, int]]:
+    """(destination partition, source partition) pairs, both relative to their tiles."""
+    try:
+        entries = [int(m) for m in shuffle_mask]
+    except (TypeError, ValueError):
+        raise KernelError(f"nisa.{opc}: shuffle_mask must be a list of {_QUADRANT} integers") from None
+    if len(entries) != _QUADRANT or any(not (0 <= m < _QUADRANT or m == _KEEP) for m in entries):
+        raise KernelError(f"nisa.{opc}: shuffle_mask must hold {_QUADRANT} entries in 0..31 or 255, got {entries}")
+    picks = []
+    for j in range(n_dst):
+        m = entries[j % _QUADRANT]
+        if m == _KEEP:
+            continue
+        source = (j // _QUADRANT) * _QUADRANT + m
+        if source >= n_src:
+            raise KernelError(f"nisa.{opc}: destination partition {j} reads source partition {source}, "
+                              f"but src spans {n_src} partitions")
+        picks.append((j, source))
+    return picks

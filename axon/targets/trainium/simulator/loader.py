@@ -80,6 +80,9 @@ def _isa_function(ctx, name, impl, beta1: bool):
             if "dst" in kw:
                 return impl(ctx, kw.pop("dst"), *args, **kw)
             return impl(ctx, *args, **kw)
+    elif beta1 and name == "nc_stream_shuffle":  # beta-1: (src, dst, shuffle_mask), both by reference
+        def call(src, dst, shuffle_mask, **kw):
+            return impl(ctx, dst, src, shuffle_mask, **kw)
     elif beta1:
         def call(*args, **kw):
             dst = kw.pop("dst", None)
@@ -135,6 +138,7 @@ def _language_module(ctx, module_name: str) -> types.ModuleType:
     m = types.ModuleType(module_name)
     d = m.__dict__
     d.update(dtypes.EXPORTED)
+    d.update(dtypes.MX_PACKED)
     d.update(language.BUFFERS)
     for op in ops.UNARY:
         d[op.name] = LangOp(ctx, op, "unary")
