@@ -23,6 +23,9 @@ Modelling decisions (numbers live in hardware.py, with their sources):
   serialised by it, only the reader of the finished accumulation waits. A memset of a PSUM region
   whose next access is a matmul accumulating into it (nl.zeros then +=) is folded away, as the
   compiler starts the group with an overwriting matmul.
+- Compiler fusion: an add-reduction along the free axis of exactly the output of the ScalarE
+  activation just before it runs inside that activation (nisa.activation_reduce, MIN_II more), as
+  the compiler fuses them; the VectorE reduction is not scheduled.
 - Cost of a compute instruction, in its engine's cycles: the opcode's `CostFormula` (fast paths as
   documented: tensor_tensor's only on VectorE, for contiguous all-bf16 add/mul/sub or a PSUM input;
   tensor_reduce's for bf16 in and out), its streaming part doubled when an operand's innermost
@@ -68,7 +71,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from heapq import heappop, heappush
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
 
@@ -112,9 +115,10 @@ class Estimate:
     # roofline, which the search computes from the program (axon.search.roofline).
     kernel_bound_compute_ns: float
     kernel_bound_memory_ns: float
-    instructions: int  # instructions of the trace the model accounts for (folded zeroings excluded)
+    instructions: int  # instructions of the trace the model accounts for (folded and fused excluded)
     scheduled: int  # instructions the schedule placed: equal to instructions (checked)
     folded: int  # PSUM zeroings folded into the matmul that follows them
+    fused: int = 0  # reductions compiled into the activation before them (activation_reduce)
     hoisted: int = 0  # repeated loop-invariant loads served from SBUF (scheduled, no transfer)
     uncosted_opcodes: tuple[str, ...] = ()
     schedule: Schedule | None = field(default=None, repr=False)
@@ -266,16 +270,18 @@ def _union_bytes(intervals: dict[int, list[tuple[int, int]]]) -> int:
 
 
 def _folded_psum_zeroing(trace: list[Instruction]) -> set[int]:
-    """Memsets of a PSUM region whose next access is an nc_matmul accumulating into exactly that
-    region (`acc = nl.zeros(..., buffer=nl.psum)` then `acc += matmul`): the compiler starts the
-    accumulation group with an overwriting matmul instead. Returns the memsets to skip (the
+    """Memsets of a PSUM region whose next access is an nc_matmul writing exactly that region
+    (`acc = nl.zeros(..., buffer=nl.psum)` then `acc += matmul`, or a lazily initialised zeros
+    tensor a matmul overwrites): the compiler starts the accumulation group with an overwriting
+    matmul instead. An access to another region of the same buffer (another block of a multi-block
+    tensor) leaves the zeroings it does not overlap pending. Returns the memsets to skip (the
     matmul's own read of its PSUM region never creates a dependency, see estimate)."""
-    pending: dict[int, dict[tuple, int]] = {}  # PSUM buffer -> region key -> memset index
+    pending: dict[int, dict[tuple, tuple[int, object]]] = {}  # PSUM buffer -> key -> (memset, region)
     skip: set[int] = set()
     for i, ins in enumerate(trace):
         if ins.opcode == "memset" and len(ins.writes) == 1 and ins.writes[0].memory is Memory.PSUM:
             w = ins.writes[0]
-            pending.setdefault(w.buffer, {})[_key(w)] = i
+            pending.setdefault(w.buffer, {})[_key(w)] = (i, w)
             continue
         if not pending:
             continue
@@ -285,12 +291,41 @@ def _folded_psum_zeroing(trace: list[Instruction]) -> set[int]:
             regions = pending[r.buffer]
             k = _key(r)
             if ins.opcode == "nc_matmul" and k in regions and ins.writes and _key(ins.writes[0]) == k:
-                skip.add(regions.pop(k))
-            else:  # another access: that zeroing is really needed
-                regions.clear()
+                skip.add(regions.pop(k)[0])
+            elif k in regions:  # read (or partly written) first: that zeroing is really needed
+                del regions[k]
+            else:
+                for kk in [kk for kk, (_, w) in regions.items() if w.overlaps(r)]:
+                    del regions[kk]
             if not regions:
                 del pending[r.buffer]
     return skip
+
+
+def _fused_activation_reduces(trace: list[Instruction], skip: set[int]) -> tuple[list[Instruction], set[int]]:
+    """An add-reduction along the free axis of exactly what the ScalarE activation just before it
+    wrote (nl.square then nl.sum, exp then tensor_reduce(add)) is compiled into that activation,
+    as nisa.activation_reduce: ScalarE reduces while it writes, costing MIN_II more [isa
+    activation_reduce], and the VectorE reduction disappears. Returns the trace with each such
+    activation turned into an activation_reduce that also writes the reduction's output, and the
+    reductions to skip."""
+    fused: set[int] = set()
+    out = trace
+    for i in range(1, len(trace)):
+        red, act = trace[i], trace[i - 1]
+        if (red.opcode != "tensor_reduce" or red.extra.get("op") != "add" or act.opcode != "activation"
+                or act.engine is not Engine.SCALAR or i - 1 in skip or len(red.reads) != 1
+                or len(red.writes) != 1 or len(act.writes) != 1 or red.partitions != act.partitions
+                or _key(red.reads[0]) != _key(act.writes[0]) or red.reads[0].buffer != act.writes[0].buffer):
+            continue
+        w = red.writes[0]
+        if w.b_stop - w.b_start > 8:  # not one value per partition: not a whole-free-axis reduction
+            continue
+        if out is trace:
+            out = list(trace)
+        out[i - 1] = replace(act, opcode="activation_reduce", writes=act.writes + red.writes)
+        fused.add(i)
+    return out, fused
 
 
 def _hoisted_loads(trace: list[Instruction], skip: set[int], hw: HardwareDescription) -> dict[int, int]:
@@ -631,7 +666,9 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     latency = 0.0
     n_tracks = len(COMPUTE_ENGINES)
 
-    folded = _folded_psum_zeroing(trace)
+    zeroings = _folded_psum_zeroing(trace)
+    trace, fused = _fused_activation_reduces(trace, zeroings)
+    folded = zeroings | fused  # instructions compiled into another one: never scheduled
     preds, raws = _dependencies(trace, folded)
     hoisted = _hoisted_loads(trace, folded, hw)
     for i, j in hoisted.items():  # served from the resident copy: after the load that made it
@@ -790,7 +827,8 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         kernel_bound_memory_ns=compulsory / hw.hbm_bytes_per_ns,
         instructions=len(trace) - len(folded),
         scheduled=placed,
-        folded=len(folded),
+        folded=len(zeroings),
+        fused=len(fused),
         hoisted=len(hoisted),
         uncosted_opcodes=tuple(sorted(uncosted)),
         schedule=schedule,

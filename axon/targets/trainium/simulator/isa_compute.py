@@ -114,7 +114,12 @@ def tensor_scalar(ctx, dst, data, op0, operand0, reverse0=False, op1=None, opera
     out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, src.dtype), SBUF, opc, mask)
     check_layout(ctx, out, opc, "dst")
     reads = [src.region()] + [t.region() for t in (t0, t1) if t is not None]
-    ins = ctx.emit(opc, engine_of(engine, Engine.VECTOR), P, free_size(shape), src.dtype, reads,
+    # Engine left to the compiler: arithmetic on a PSUM tile is an accumulator evacuation that
+    # scales on the way out, placed on ScalarE like the plain PSUM copies (tensor_copy below);
+    # bitvec operators run on VectorE only [isa tensor_scalar]; the rest stays on VectorE.
+    evacuates = src.buf.memory is PSUM and not (f0.bitvec or (f1 is not None and f1.bitvec))
+    ins = ctx.emit(opc, engine_of(engine, Engine.SCALAR if evacuates else Engine.VECTOR), P,
+                   free_size(shape), src.dtype, reads,
                    (out.region(),), {**src_extra(src), "op0": f0.name,
                                      "op1": None if f1 is None else f1.name})
     vals = None

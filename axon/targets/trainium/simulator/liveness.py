@@ -16,9 +16,10 @@ reads the trace.
   buffer (the live units of one buffer packed: ceil(live units x unit bytes / bank) banks).
 - `strict=True` (Axon's own kernels, where a spill is a defect): more live bytes than the memory
   holds raise a KernelError naming the kernel line of the first instruction where that happens.
-- `strict=False` (kernels written by users, as the real toolchain compiles them): the least
-  recently used live units that the current instruction does not touch are spilled to HBM, one
-  DMA each (a store of the unit before the instruction that needs the space; none if its HBM copy
+- `strict=False` (kernels written by users, as the real toolchain compiles them): the live units
+  whose next use lies furthest ahead (Belady's choice: the compiler allocates the whole kernel
+  statically, so it knows every next use), among those the current instruction does not touch,
+  are spilled to HBM, one DMA each (a store of the unit before the instruction that needs the space; none if its HBM copy
   is still current), and reloaded by a DMA before their next use (none when that use overwrites
   the whole unit). The DMAs are ordinary trace instructions (`extra["spill"]`), so the
   performance model times them; a reload depends on its store through the HBM spill slot. Not
@@ -30,7 +31,8 @@ is kept, in order, and only spill DMAs are inserted.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from axon.errors import KernelError
@@ -187,8 +189,24 @@ def _covers(r: Region | None, u: int, m: OnChip) -> bool:
             and r.b_stop >= (k + 1) * m.unit and r.rows <= 1)
 
 
+def _next_uses(touched, first) -> dict[int, list[int]]:
+    """Per unit, the instructions that use it while it is live, in order."""
+    uses: dict[int, list[int]] = {}
+    for i, us in enumerate(touched):
+        if us is not None:
+            for u in us:
+                if first[u] <= i:
+                    uses.setdefault(u, []).append(i)
+    return uses
+
+
 def _spill(trace, touched, first, ends, meta, cap, bank, hw, path, new_buffer_id, acc: Accounting) -> Accounting:
-    resident = {Memory.SBUF: OrderedDict(), Memory.PSUM: OrderedDict()}  # unit -> None, LRU first
+    uses = _next_uses(touched, first)
+    never = len(trace)
+    # per memory, a max-heap of (-next use, unit) over resident units; an entry is current only
+    # while its unit is resident and `due[u]` still equals its next use (stale ones are skipped)
+    heaps = {Memory.SBUF: [], Memory.PSUM: []}
+    due: dict[int, int] = {}  # resident unit -> its next use after the last touch
     used = {Memory.SBUF: 0, Memory.PSUM: 0}
     count: dict[int, int] = {}  # PSUM buffer -> resident units
     spilled: set[int] = set()  # live units whose data is in their HBM slot only
@@ -213,10 +231,32 @@ def _spill(trace, touched, first, ends, meta, cap, bank, hw, path, new_buffer_id
                            (onchip,) if store else (hbm,), (hbm,) if store else (onchip,),
                            ins.line, nbytes, nbytes, extra)
 
-    def make_resident(u: int):
+    def touch(u: int, i: int, became_resident: bool):
         m = meta[u]
-        resident[m.memory][u] = None
-        used[m.memory] += _grow(u, m, count, bank, 1)
+        if became_resident:
+            used[m.memory] += _grow(u, m, count, bank, 1)
+        ui = uses[u]
+        k = bisect_right(ui, i)
+        nxt = ui[k] if k < len(ui) else never
+        due[u] = nxt
+        heapq.heappush(heaps[m.memory], (-nxt, u))
+
+    def victims(memory, us) -> list[int]:
+        """Resident units, furthest next use first, until `memory` fits (none the instruction uses)."""
+        heap, out_, held = heaps[memory], [], []
+        while used[memory] > cap[memory] and heap:
+            neg, v = heapq.heappop(heap)
+            if due.get(v) != -neg:
+                continue  # stale: touched again, spilled or dead since
+            if v in us:
+                held.append((neg, v))
+                continue
+            del due[v]
+            out_.append(v)
+            used[memory] += _grow(v, meta[v], count, bank, -1)
+        for e in held:
+            heapq.heappush(heap, e)
+        return out_
 
     for i, ins in enumerate(trace):
         us = touched[i]
@@ -233,26 +273,15 @@ def _spill(trace, touched, first, ends, meta, cap, bank, hw, path, new_buffer_id
                 if rd or not _covers(reg, u, m):
                     reloads.append(dma(ins, u, store=False))
                     clean.add(u)
-                make_resident(u)
-            elif first[u] == i:
-                make_resident(u)
+                touch(u, i, True)
             else:
-                resident[m.memory].move_to_end(u)
+                touch(u, i, first[u] == i)
             if wr:
                 clean.discard(u)
         for memory in (Memory.SBUF, Memory.PSUM):
             if used[memory] <= cap[memory]:
                 continue
-            lru = resident[memory]
-            victims = []
-            for v in lru:  # least recently used first
-                if used[memory] <= cap[memory]:
-                    break
-                if v not in us:
-                    victims.append(v)
-                    used[memory] += _grow(v, meta[v], count, bank, -1)
-            for v in victims:
-                del lru[v]
+            for v in victims(memory, us):
                 if v not in clean:
                     stores.append(dma(ins, v, store=True))
                     clean.add(v)
@@ -271,8 +300,8 @@ def _spill(trace, touched, first, ends, meta, cap, bank, hw, path, new_buffer_id
             m = meta[u]
             if u in spilled:
                 spilled.discard(u)
-            elif u in resident[m.memory]:
-                del resident[m.memory][u]
+            elif u in due:
+                del due[u]
                 used[m.memory] += _grow(u, m, count, bank, -1)
             clean.discard(u)
     acc.trace = out

@@ -194,10 +194,9 @@ class Tile:
 
     def _region(self) -> Region:
         buf = self.buf
-        if self.arr is None:  # gathered: the whole buffer (conservative)
-            a = buf.data
-        else:
-            a = self.arr
+        if self.arr is None:
+            return self._gathered_region()
+        a = self.arr
         item = a.itemsize
         if a.size == 0:
             return Region(buf.id, buf.memory, 0, 0, 0, 0)
@@ -225,6 +224,23 @@ class Tile:
             if row < s0:
                 return Region(buf.id, buf.memory, 0, 1, off, off + ext + item, s0, n0, row)
         return Region(buf.id, buf.memory, 0, 1, off, off + ext + item)
+
+    def _gathered_region(self) -> Region:
+        """A gathered view's bounding rectangle: the partitions and the per-partition bytes its
+        elements span. Not the whole buffer: liveness charges every block a region touches, so a
+        gather into one block of a multi-block tensor (`v[i, p, 128 * j + f]` with a 3-D index)
+        must not keep all blocks live."""
+        buf = self.buf
+        item = buf.data.itemsize
+        if not self.idx or self.idx[0].size == 0:
+            return Region(buf.id, buf.memory, 0, 0, 0, 0)
+        flat = sum(i.astype(np.int64) * s for i, s in zip(self.idx, buf.data.strides))
+        pp = buf.pp_bytes
+        if pp:
+            p, b = np.divmod(flat, pp)
+            return Region(buf.id, buf.memory, int(p.min()), int(p.max()) + 1, int(b.min()),
+                          int(b.max()) + item)
+        return Region(buf.id, buf.memory, 0, 1, int(flat.min()), int(flat.max()) + item)
 
     def partition_range(self) -> tuple[int, int]:
         r = self.region()
