@@ -40,6 +40,7 @@ from axon.errors import AxonError, InputError
 SAMPLES = "nki-samples-fc5c69f"
 NKIBENCH = "AccelOpt"
 LIBRARY = "nki-library"
+LIBRARY_SCAN_TILE = 2048  # columns per scan in nki-library's cumsum (its F_TILE_SIZE)
 TUTORIALS = "src/nki_samples/tutorials/"
 REFERENCE = "src/nki_samples/reference/"
 SOURCE = {TUTORIALS: "AWS nki-samples tutorial", REFERENCE: "AWS nki-samples reference kernel",
@@ -188,8 +189,10 @@ _KERNELS = [
     AwsKernel("softmax", SAMPLES, TUTORIALS + "softmax/softmax_nki_kernels.py", "nki_softmax_kernel",
               "a_tensor = x", lambda x, s, c: ({"a_tensor": x["x"]}, {}), _same),
     AwsKernel("cumsum", LIBRARY, "src/nkilib_src/nkilib/core/cumsum/cumsum.py", "cumsum",
-              "x = x, axis = -1 (its docstring says it is tuned for up to 2048 rows and 8192 columns)",
-              lambda x, s, c: ({"x": x["x"]}, {}), _same),
+              "x = x, axis = -1 (its docstring says it is tuned for up to 2048 rows and 8192 columns); checked "
+              "with u_out sum|x| more per 2048-column tile after the first (it carries the running sum between "
+              "tiles as its last output column, in the output dtype)",
+              lambda x, s, c: ({"x": x["x"]}, {}), _same, narrow_sums=lambda s: -(-s["n"] // LIBRARY_SCAN_TILE) - 1),
     AwsKernel("gqa", SAMPLES, REFERENCE + "attention.py", "flash_fwd",
               "q as [1, kv*g, d, s], k as [1, kv, d, t], v as [1, kv, t, d] (transposed on the host), SPMD grid "
               "[1, kv] as the kernel's GQA usage says; softmax_scale = 1, no causal mask; default FlashConfig",
@@ -303,8 +306,10 @@ def _check_sizes(kernel: AwsKernel, sizes: dict, dtype: str, budget: int) -> Opt
     return None
 
 
-def _id(kernel: AwsKernel) -> str:
-    return f"{kernel.checkout}/{kernel.path}:{kernel.function}"
+def _id(kernel: AwsKernel) -> dict:
+    """What a report records of a kernel it tried: a changed file, function or note (which states
+    the input preparation and the check rule) makes the entry stale."""
+    return {"kernel": f"{kernel.checkout}/{kernel.path}:{kernel.function}", "note": kernel.note}
 
 
 def is_current(benchmark: str, entry: dict) -> bool:

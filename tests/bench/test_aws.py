@@ -261,7 +261,7 @@ def test_bench_with_a_corpus_adds_the_column_to_kept_cases(tmp_path, monkeypatch
 
     # a row measured with another table of kernels gets its AWS column again, nothing else
     data = json.loads(path.read_text())
-    data["cases"][1]["aws"] = {**data["cases"][1]["aws"], "tried": ["older/k.py:f"], "ns": 1.0}
+    data["cases"][1]["aws"] = {**data["cases"][1]["aws"], "tried": [{"kernel": "older/k.py:f", "note": ""}], "ns": 1.0}
     path.write_text(json.dumps(data))
     again = run_bench(grid="small", benchmarks=["softmax", "rmsnorm", "relu"], json_path=path, corpus=corpus)
     assert again["cases"][1]["aws"]["kernel"] == "softmax_nki_kernels.py:nki_softmax_kernel"
