@@ -253,6 +253,9 @@ T = "src/nki_samples/tutorials/"
 R = "src/nki_samples/reference/"
 ATTN = [("attn_fwd_v1", 128), ("attn_fwd_v2", 128)] + [(f"attn_fwd_v{i}", 4096) for i in
                                                        ("3", "4", "5", "6", "7", "8", "8a", "9", "10", "11")]
+# from v7 on, the tutorial casts the softmax scores and V to bfloat16 for the second matmul
+ATTN_BF16 = {name: "bfloat16" for name in ("attn_fwd_v7", "attn_fwd_v8", "attn_fwd_v8a", "attn_fwd_v9",
+                                           "attn_fwd_v10", "attn_fwd_v11")}
 MATMULS = [("nki_matmul_basic_", (64, 128, 512)), ("nki_matmul_tiled_", (4096, 1024, 2048)),
            ("nki_matmul_hoist_load_", (4096, 1024, 2048)), ("nki_matmul_block_free_dimension_", (4096, 1024, 2048)),
            ("nki_matmul_fully_optimized_", (4096, 1024, 2048))]
@@ -263,7 +266,7 @@ def tutorial_entries(corpus: str) -> list[Entry]:
     out = []
     for name, seqlen in ATTN:
         out.append(Entry(S, T + "attention_fwd_performance/attention_kernels.py", name, _attn_inputs(seqlen),
-                         reference=ref_attn_tutorial))
+                         reference=ref_attn_tutorial, compute_dtype=ATTN_BF16.get(name)))
     out += [
         Entry(S, T + "average_pool2d/average_pool2d_nki_kernels.py", "tensor_avgpool_kernel",
               lambda rng: {"in_tensor": np.arange(2 * 6 * 6, dtype=np.float32).reshape(2, 6, 6)},
@@ -430,6 +433,41 @@ def ref_router_topk_softmax_after(x, w, w_bias, router_logits, expert_affinities
     return [logits, index, affinities]
 
 
+def ref_topk_sorted(inp, config=None, k=256, **_):  # the k largest per row, descending, and their indices
+    x = _f32(inp)
+    index = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+    return [np.take_along_axis(x, index, axis=-1), index]
+
+
+def ref_cascaded_max(input_tensor):  # [B, S, V] -> the max over V and its index, each [B, S, 1]
+    x = _f32(input_tensor)
+    return [x.max(axis=-1, keepdims=True), x.argmax(axis=-1)[..., None]]
+
+
+def ref_conv1d(x_in, filters, bias=None, stride=1, padding=(0, 0), dilation=1, **_):
+    """x [B, C_in, L], filters [K, C_in, C_out] -> GELU(conv + bias) [B, C_out, L_out] (cross-correlation)."""
+    x = np.pad(_f32(x_in), ((0, 0), (0, 0), tuple(padding)))
+    k = filters.shape[0]
+    n_out = (x.shape[-1] - dilation * (k - 1) - 1) // stride + 1
+    taps = [x[:, :, i * dilation: i * dilation + stride * (n_out - 1) + 1: stride] for i in range(k)]
+    y = sum(np.einsum("bcl,co->bol", t, _f32(filters)[i]) for i, t in enumerate(taps))
+    y = y + (0.0 if bias is None else _f32(bias)[None, :, None])
+    erf = np.vectorize(math.erf)
+    return 0.5 * y * (1.0 + erf(y / math.sqrt(2.0)))
+
+
+def ref_cross_entropy(logits_hbm, targets_hbm, **_):  # per position: lse - logit[target], and the lse
+    x = _f32(logits_hbm)
+    top = x.max(axis=-1, keepdims=True)
+    lse = (top + np.log(np.exp(x - top).sum(axis=-1, keepdims=True)))[:, 0]
+    return [lse - x[np.arange(x.shape[0]), targets_hbm], lse]
+
+
+def ref_dynamic_add(input_a, input_b, num_m_tiles):  # the first num_m_tiles * 128 rows hold a + b
+    rows = int(num_m_tiles.reshape(-1)[0]) * 128
+    return (_f32(input_a) + _f32(input_b))[:rows]
+
+
 L = "src/nkilib_src/nkilib/"
 
 
@@ -493,6 +531,35 @@ def library_entries() -> list[Entry]:
               args={"act_fn": KernelValue("common_types.RouterActFnType.SOFTMAX"), "k": 4, "x_hbm_layout": 0,
                     "x_sb_layout": 0, "router_pre_norm": False},
               grid=(2,), reference=ref_router_topk_softmax_after, target="trn2"),
+        Entry(lib, L + "core/topk/rotational_topk.py", "rotational_topk",
+              # topk_unit [lnc 2, batch 8, seqlen 5, vocab 4058, K 256, float32]; the config is built
+              # by the package's own host functions, as the test does
+              lambda rng: {"inp": _normal(rng, (40, 4058))},
+              args={"config": KernelValue.call("prepare_rotational_constants", KernelValue.call(
+                  "create_rotational_topk_config", inp_shape=(40, 4058), topk_config=KernelValue.call(
+                      "create_topk_config", inp_shape=(8, 5, 4058), inp_dtype=np.dtype(np.float32), k=256,
+                      sorted=True, num_programs=2)))},
+              grid=(2,), reference=lambda inp, config: ref_topk_sorted(inp, k=256), target="trn2"),
+        Entry(lib, L + "core/max/cascaded_max.py", "cascaded_max",  # unit [lnc 1, 8, 5, 4058, float32]
+              lambda rng: {"input_tensor": _normal(rng, (8, 5, 4058))}, reference=ref_cascaded_max, target="trn2"),
+        Entry(lib, L + "experimental/conv/conv1d.py", "conv1d",
+              # basic (2, 64, 128, 40, K 5, stride 2, pad 2/2, dilation 2, bias, GELU, no lnc_shard, fp32)
+              lambda rng: {"x_in": _normal(rng, (2, 64, 40)), "filters": _normal(rng, (5, 64, 128)),
+                           "bias": _normal(rng, (128,))},
+              args={"stride": 2, "padding": (2, 2), "dilation": 2, "activation_fn": KernelValue("ActFnType.GELU"),
+                    "lnc_shard": False},
+              grid=(2,), reference=ref_conv1d, target="trn2"),
+        Entry(lib, L + "experimental/loss/cross_entropy.py", "cross_entropy_forward",
+              # tiny [B 1, T 128, V 129280, bfloat16, positions_per_batch 64, chunk 65535]
+              lambda rng: {"logits_hbm": _normal(rng, (128, 129280), "bfloat16"),
+                           "targets_hbm": rng.integers(0, 129280, size=(128,)).astype(np.int32)},
+              args={"positions_per_batch": 64, "chunk_size": 65535}, grid=(2,), reference=ref_cross_entropy,
+              target="trn2"),
+        Entry(lib, L + "experimental/dynamic_shapes/dynamic_elementwise_add.py", "dynamic_elementwise_add",
+              # fast (m 1024, h 2048), every M tile processed
+              lambda rng: {"input_a": _normal(rng, (1024, 2048), "bfloat16"), "input_b": _normal(rng, (1024, 2048), "bfloat16"),
+                           "num_m_tiles": np.array([[8]], np.int32)},
+              grid=(2,), reference=ref_dynamic_add, target="trn2"),
     ]
 
 
