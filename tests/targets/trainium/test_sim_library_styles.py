@@ -318,3 +318,98 @@ def test_mx_packed_dtypes_exist_for_comparisons_and_are_refused_for_tensors():
                 t = nl.ndarray((128, 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
                 return x
         """, x=np.zeros((2, 2), np.float32))
+
+
+SWAP_HALVES = """
+    @nki.jit
+    def k(x):
+        # each of two programs writes its half of `mid`, then (after the barrier) reads the other's
+        p = nl.program_id(0)
+        mid = nl.ndarray((2, 128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray((2, 128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[p])
+        nisa.dma_copy(dst=mid[p], src=t)
+        BARRIER
+        u = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=mid[1 - p])
+        nisa.dma_copy(dst=out[p], src=u)
+        return out
+"""
+
+
+def test_core_barrier_lets_each_program_read_what_the_other_wrote_before_it():
+    from axon.targets.trainium.simulator import simulate_source
+
+    x = RNG.standard_normal((2, 128, 8)).astype(np.float32)
+    src = NEW + textwrap.dedent(SWAP_HALVES).replace("BARRIER", "nisa.core_barrier(mid, (0, 1))")
+    r = simulate_source(src, "k", {"x": x}, grid=(2,))
+    np.testing.assert_array_equal(r.outputs, x[::-1])
+    assert [i.opcode for i in r.trace].count("core_barrier") == 2
+    with pytest.raises(KernelError, match="never written"):  # without it, program 0 reads too early
+        simulate_source(NEW + textwrap.dedent(SWAP_HALVES).replace("BARRIER", "pass"), "k", {"x": x}, grid=(2,))
+
+
+def test_core_barrier_that_a_program_never_reaches_is_an_error_on_its_line():
+    src = NEW + textwrap.dedent(SWAP_HALVES).replace(
+        "BARRIER", "if p == 0:\n            nisa.core_barrier(mid, (0, 1))")
+    with pytest.raises(KernelError, match=r"<kernel>:1[56]: nisa.core_barrier: program 0 waits for program\(s\) \[1\]"):
+        simulate_source(src, "k", {"x": np.zeros((2, 128, 8), np.float32)}, grid=(2,))
+    with pytest.raises(KernelError, match="launch of one program"):
+        simulate_source(NEW + textwrap.dedent(SWAP_HALVES).replace("BARRIER", "nisa.core_barrier(mid, (0, 1))"),
+                        "k", {"x": np.zeros((2, 128, 8), np.float32)})
+
+
+def test_max8_and_nc_find_index8_give_the_top_values_and_their_first_positions():
+    x = RNG.standard_normal((16, 40)).astype(np.float32)
+    x[3, 30] = x[3, 10] = 9.0  # a repeated maximum: its first position
+    r = sim("""
+        @nki.jit
+        def k(x):
+            top = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            where = nl.ndarray((16, 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+            t = nl.ndarray((16, 40), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            v = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.max8(dst=v, src=t)
+            i = nl.ndarray((16, 8), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.nc_find_index8(dst=i, data=t, vals=v)
+            nisa.dma_copy(dst=top, src=v)
+            nisa.dma_copy(dst=where, src=i)
+            return top, where
+    """, x=x)
+    top, where = r.outputs
+    want = -np.sort(-x, axis=1)[:, :8]
+    np.testing.assert_array_equal(top, want)
+    np.testing.assert_array_equal(where, [[list(row).index(v) for v in w] for row, w in zip(x, want)])
+    assert where[3, 0] == 10 and where[3, 1] == 10
+
+
+def test_nc_find_index8_marks_a_missing_value_with_the_all_ones_sentinel():
+    r = sim("""
+        @nki.jit
+        def k(x, v):
+            where = nl.ndarray((1, 8), dtype=nl.uint16, buffer=nl.shared_hbm)
+            t = nl.ndarray((1, 16), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            w = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=w, src=v)
+            i = nl.ndarray((1, 8), dtype=nl.uint16, buffer=nl.sbuf)
+            nisa.nc_find_index8(dst=i, data=t, vals=w)
+            nisa.dma_copy(dst=where, src=i)
+            return where
+    """, x=np.arange(16, dtype=np.float32)[None], v=np.array([[3, 100, 5, 0, 15, -1, 7, 7]], np.float32))
+    assert r.outputs.tolist() == [[3, 0xFFFF, 5, 0, 15, 0xFFFF, 7, 7]]
+
+
+def test_a_dma_casts_between_float_and_integer_dtypes():
+    r = sim("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((4, 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+            t = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, x=np.arange(32, dtype=np.float32).reshape(4, 8))
+    assert r.outputs.dtype == np.uint32 and r.outputs.tolist() == np.arange(32).reshape(4, 8).tolist()

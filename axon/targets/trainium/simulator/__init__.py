@@ -14,6 +14,7 @@ instruction cap; `sandbox.call` adds wall-clock, CPU-time and memory limits in a
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 import traceback
@@ -30,6 +31,7 @@ from .context import SimContext
 from .liveness import account
 from .loader import Jit, execute
 from .memory import Tile, wrap_array
+from .spmd import Programs
 
 __all__ = ["Kernel", "KernelValue", "ShapeDtype", "SimResult", "load_kernel", "simulate", "simulate_source"]
 
@@ -45,10 +47,19 @@ class ShapeDtype:
 @dataclass(frozen=True)
 class KernelValue:
     """An argument the kernel's own module defines, named by its dotted path there
-    (`KernelValue("NormType.RMS_NORM")`): each simulation executes the kernel's package afresh, so
-    an enum member or configuration object of that package exists only inside the simulation."""
+    (`KernelValue("NormType.RMS_NORM")`), or the result of calling one of its functions on such
+    arguments (`KernelValue.call("make_config", k=4)`, as a host script prepares a configuration
+    object): each simulation executes the kernel's package afresh, so its enum members and
+    configuration objects exist only inside the simulation."""
 
     name: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    called: bool = False
+
+    @classmethod
+    def call(cls, name: str, *args, **kwargs) -> "KernelValue":
+        return cls(name, args, kwargs, called=True)
 
     def resolve(self, namespace: dict):
         first, *rest = self.name.split(".")
@@ -59,7 +70,13 @@ class KernelValue:
             if not hasattr(value, part):
                 raise InputError(f"argument {self.name!r}: {seen} has no {part!r}")
             value, seen = getattr(value, part), f"{seen}.{part}"
-        return value
+        if not self.called:
+            return value
+
+        def arg(a):
+            return a.resolve(namespace) if isinstance(a, KernelValue) else a
+
+        return value(*map(arg, self.args), **{k: arg(v) for k, v in self.kwargs.items()})
 
 
 @dataclass
@@ -283,7 +300,8 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
              strict_capacity: bool = False) -> SimResult:
     """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value);
     `partial` as in `_to_output`. `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
-    each runs in turn with its own `nl.program_id`, all sharing the HBM tensors they allocate
+    each runs in turn with its own `nl.program_id` (switching at `nisa.core_barrier`, spmd.py),
+    all sharing the HBM tensors they allocate
     (the trace holds every instance's instructions, on one NeuronCore).
     On-chip capacity is accounted by liveness after the run (liveness.py): with
     `strict_capacity` (Axon's own kernels) more live SBUF/PSUM than the target has is an error;
@@ -304,9 +322,11 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
         fn = ns.get(kernel.name)
         fn = fn.fn if isinstance(fn, Jit) else fn
         args = {n: _hbm_input(ctx, n, v, timing_only, ns) for n, v in inputs.items()}
-        ret = None
-        for ids in (np.ndindex(*grid) if grid else [()]):
-            ctx.program_ids, ctx.hbm_cursor = tuple(int(i) for i in ids), 0
+        if math.prod(grid) > 1:  # programs take turns, so a core barrier can hold one (spmd.py)
+            ctx.spmd = Programs(ctx, grid)
+            ret = ctx.spmd.run(fn, args)
+        else:
+            ctx.program_ids, ctx.hbm_cursor = (0,) * len(grid), 0
             ret = fn(**args)
         acc = account(ctx.trace, ctx.onchip, hw, strict=strict_capacity, path=kernel.path,
                       new_buffer_id=ctx.new_buffer_id)

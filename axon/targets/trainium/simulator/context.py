@@ -27,6 +27,7 @@ class SimContext:
         self.program_ids: tuple = ()
         self.hbm_allocs: list = []
         self.hbm_cursor = 0
+        self.spmd = None  # spmd.Programs of a launch of several programs (they take turns)
         self.trace: list[Instruction] = []
         self.hbm_bytes = 0
         self._next_buffer = 0

@@ -14,7 +14,7 @@ import numpy as np
 from axon.errors import KernelError
 from axon.targets.trainium.trace import Engine
 
-from . import dtypes, ops
+from . import ops
 from .indexing import mask_array
 from .memory import Tile
 from .operands import HBM, SBUF, as_tile, check_init, dst_tile, free_size
@@ -77,10 +77,8 @@ def dma(ctx, dst, src, opcode="dma_copy", api="nisa.dma_copy", mask=None, transp
         src.buf.read_since_write = True
     if ini is not None:
         ini = ini.transpose(transpose) if transpose else ini.reshape(dst.shape)
-    if vals is not None and vals.dtype != dst.dtype:
-        if dst.buf.memory is HBM or src.buf.memory is HBM:
-            if not (dtypes.is_float(vals.dtype) and dtypes.is_float(dst.dtype)):
-                raise KernelError(f"{api}: cannot convert {vals.dtype.name} to {dst.dtype.name} during a DMA")
+    # A DMA between different dtypes casts (through float32 in the DMA engine) [nki.isa.dma_copy,
+    # nki.isa.dma_compute docs]: dst.write converts, integers from floats by truncation.
     dst.write(vals, ini, m)
     return ins
 

@@ -219,3 +219,65 @@ def bn_aggr(ctx, dst, data, mask=None, dtype=None, name=None, **_):
         vals = np.stack([mu, var], axis=1).astype(F32)
     init = None if ini is None else np.broadcast_to(ini.reshape(P, F).all(axis=1, keepdims=True), (P, 2))
     return finish(ctx, out, fresh, vals, init, mask, ins)
+
+
+_TOP = 8  # values per partition that max8 / nc_find_index8 handle [nki.isa docs]
+_FREE_RANGE = (8, 16384)  # elements per partition they read
+_NOT_FOUND = {np.dtype(np.uint32): 0xFFFFFFFF, np.dtype(np.uint16): 0xFFFF}
+
+
+def _eight_per_partition(t, P, opc, what):
+    if t.shape[0] != P or free_size(t.shape) != _TOP:
+        raise KernelError(f"nisa.{opc}: {what} must be [{P}, {_TOP}], got {t.shape}")
+
+
+def _free_elements(src, opc, what):
+    n = free_size(src.shape)
+    if not _FREE_RANGE[0] <= n <= _FREE_RANGE[1]:
+        raise KernelError(f"nisa.{opc}: {what} has {n} elements per partition; "
+                          f"{_FREE_RANGE[0]}..{_FREE_RANGE[1]} are allowed")
+    return n
+
+
+def max8(ctx, dst, src, mask=None, dtype=None, name=None, **_):
+    """The 8 largest values of each partition (read in float32), in descending order, on the
+    Vector Engine [nki.isa.max8]."""
+    opc = "max8"
+    s = onchip(ctx, src, "src", opc)
+    n = _free_elements(s, opc, "src")
+    P = s.shape[0]
+    out, fresh = dst_tile(ctx, dst, (P, _TOP), dtype_of(dst, dtype, s.dtype), SBUF, opc, mask)
+    _eight_per_partition(out, P, opc, "dst")
+    ins = ctx.emit(opc, Engine.VECTOR, P, n, s.dtype, (s.region(),), (out.region(),), src_extra(s))
+    v, ini = read(ctx, s, opc, "src")
+    vals = None if v is None else -np.sort(-v.reshape(P, n), axis=1)[:, :_TOP].reshape(out.shape)
+    init = None if ini is None else np.broadcast_to(ini.reshape(P, n).all(axis=1)[:, None], (P, _TOP))
+    return finish(ctx, out, fresh, vals, None if init is None else init.reshape(out.shape), mask, ins)
+
+
+def nc_find_index8(ctx, dst, data, vals, mask=None, dtype=None, name=None, **_):
+    """For each partition, the index (into its flattened free elements) of the first element of
+    `data` equal to each of the 8 `vals`, compared in float32; a value not present gives the
+    all-ones sentinel of the index dtype (uint32 by default, or uint16) [nki.isa.nc_find_index8]."""
+    opc = "nc_find_index8"
+    d, w = onchip(ctx, data, "data", opc), onchip(ctx, vals, "vals", opc)
+    n = _free_elements(d, opc, "data")
+    P = d.shape[0]
+    _eight_per_partition(w, P, opc, "vals")
+    out, fresh = dst_tile(ctx, dst, (P, _TOP), dtype_of(dst, dtype, np.dtype(np.uint32)), SBUF, opc, mask)
+    _eight_per_partition(out, P, opc, "dst")
+    if out.dtype not in _NOT_FOUND:
+        raise KernelError(f"nisa.{opc}: dst must be uint32 or uint16, got {out.dtype.name}")
+    ins = ctx.emit(opc, Engine.VECTOR, P, n, d.dtype, (w.region(), d.region()), (out.region(),),
+                   src_extra(d, w))
+    m = mask_of(mask, d.shape)  # the mask applies to data only: masked-off elements never match
+    dv, dini = read(ctx, d, opc, "data", m)
+    wv, wini = read(ctx, w, opc, "vals")
+    idx = None
+    if dv is not None:
+        hits = dv.reshape(P, 1, n) == wv.reshape(P, _TOP, 1)
+        if m is not None:
+            hits &= m.reshape(P, 1, n)
+        idx = np.where(hits.any(axis=2), hits.argmax(axis=2), _NOT_FOUND[out.dtype]).reshape(out.shape)
+    init = None if wini is None else wini.reshape(P, _TOP)
+    return finish(ctx, out, fresh, idx, None if init is None else np.asarray(init).reshape(out.shape), None, ins)

@@ -75,7 +75,10 @@ def _dst_first(name, impl, arity, args, kw) -> bool:
 def _isa_function(ctx, name, impl, beta1: bool):
     arity = isa.BETA1_POSITIONAL[name]
 
-    if name == "dma_copy":  # dst-first in both APIs
+    if name in isa.NO_DST:
+        def call(*args, **kw):
+            return impl(ctx, *args, **kw)
+    elif name == "dma_copy":  # dst-first in both APIs
         def call(*args, **kw):
             if "dst" in kw:
                 return impl(ctx, kw.pop("dst"), *args, **kw)
