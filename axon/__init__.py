@@ -8,7 +8,7 @@
 """
 from axon.errors import AxonError, InputError, KernelError, ShapeError, UnsupportedError
 from axon.frontend import Program, program
-from axon.frontend.functions import (arange, equal, exp, gelu, log, matmul, maximum, minimum, reciprocal, relu, rsqrt,
+from axon.frontend.functions import (arange, concatenate, equal, exp, gelu, log, matmul, maximum, minimum, reciprocal, relu, rsqrt,
                                      sigmoid, silu, sqrt, square, tanh, transpose, where)
 from axon.suite import benchmark
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Iterable, Iterator, Mapping
 
-from axon.semantics.ops import OP_SPECS, ConstParams, InputParams, IotaParams, Op, Params, ReshapeParams
+from axon.semantics.ops import OP_SPECS, ConstParams, InputParams, IotaParams, Op, Params, ReshapeParams, SliceParams
 from axon.semantics.sizes import Shape, Size, SizeFact, format_shape
 
 
@@ -83,6 +83,9 @@ def rename(nodes: tuple[Node, ...], dims: Mapping[str, str], tensors: Mapping[st
                 params = ReshapeParams(tuple(rename_size(s, dims) for s in params.shape))
             elif isinstance(params, IotaParams):
                 params = IotaParams(rename_size(params.size, dims))
+            elif isinstance(params, SliceParams) and params.symbolic:
+                bound = lambda b: rename_size(b, dims) if isinstance(b, Size) else b  # noqa: E731
+                params = SliceParams(tuple((bound(a), bound(b), c) for a, b, c in params.slices))
             out[node] = make_node(node.op, [out[i] for i in node.inputs], params)
     return tuple(out[n] for n in nodes)
 

@@ -5,7 +5,7 @@ from numbers import Real
 
 from axon.errors import ShapeError, UnsupportedError
 from axon.frontend.tracer import Tensor, Trace, _user_location
-from axon.semantics.ops import IotaParams, Op
+from axon.semantics.ops import ConcatParams, IotaParams, Op
 from axon.semantics.sizes import Size
 
 
@@ -52,6 +52,19 @@ gelu = _unary(Op.GELU)
 maximum = _binary(Op.MAXIMUM)
 minimum = _binary(Op.MINIMUM)
 equal = _binary(Op.EQ)
+
+
+def concatenate(tensors, axis: int = 0):
+    """The tensors joined along `axis` (sizes add there; the other axes must agree)."""
+    tensors = list(tensors)
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise UnsupportedError(f"{_user_location()}axon.concatenate takes a non-empty list of traced tensors")
+    first = tensors[0]
+    (a,) = first._axes(axis)
+    out = first
+    for t in tensors[1:]:
+        out = first.trace.apply(Op.CONCAT, [out, first._lift(t)], ConcatParams(a), what="concatenate")
+    return out
 
 
 def where(condition, x, y):

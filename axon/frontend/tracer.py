@@ -67,6 +67,13 @@ def _finite(value: Real) -> Real:
     return value
 
 
+def _bound(value):
+    """A slice bound: an integer, None, or a symbolic size (a constant size is its integer)."""
+    if isinstance(value, Size) and value.as_int() is not None:
+        return value.as_int()
+    return value
+
+
 def _unsupported(what: str, hint: str = ""):
     raise UnsupportedError(f"{_user_location()}{what} is not supported in an axon program" + (f"; {hint}" if hint else ""))
 
@@ -209,10 +216,13 @@ class Tensor:
                 continue
             if not isinstance(k, slice):
                 _unsupported(f"indexing with {type(k).__name__}", "use slices, '...' and None")
-            start, stop, step = k.start or 0, k.stop, 1 if k.step is None else k.step
+            start, stop, step = (_bound(b) for b in (k.start or 0, k.stop, 1 if k.step is None else k.step))
             for v in (start, stop, step):
-                if v is not None and (not isinstance(v, int) or v < 0):
-                    _unsupported(f"slice bound {v!r}", "bounds must be non-negative integers")
+                if v is not None and not isinstance(v, Size) and (not isinstance(v, int) or v < 0):
+                    _unsupported(f"slice bound {v!r}", "bounds must be non-negative integers or sizes "
+                                 "(x.shape[1] // 2)")
+            if isinstance(step, Size):
+                _unsupported("a symbolic slice step")
             if step == 0:
                 raise ShapeError(f"{_user_location()}slice step cannot be zero")
             slices.append((start, stop, step))

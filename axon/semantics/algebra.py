@@ -1,7 +1,8 @@
 """The algebra an operator's element rule is written against, and its concrete interpretation.
 
 An element rule calls `alg.apply(scalar_op, *args)`, `alg.const(value)`,
-`alg.fold(combine, extent, body)`, `alg.size(size)`, `alg.floordiv(a, b)`, `alg.mod(a, b)`; index
+`alg.fold(combine, extent, body)`, `alg.size(size)`, `alg.floordiv(a, b)`, `alg.mod(a, b)`,
+`alg.branch(index, bound, below, above)` (below() where index < bound, else above()); index
 terms are combined with + and *. `ConcreteAlgebra` evaluates a rule on numbers, one element at a
 time: slow, and used only to check each operator's NumPy reference against its element rule.
 The SMT encoding (axon.verification) is a second algebra over the same rules.
@@ -37,6 +38,10 @@ class ConcreteAlgebra:
         for r in range(int(extent)):
             acc = self.apply(combine, acc, body(r))
         return acc
+
+    def branch(self, index: int, bound: int, below: Callable, above: Callable):
+        """below() where index < bound, else above() (an element rule's choice of operand)."""
+        return below() if index < bound else above()
 
     def floordiv(self, a: int, b: int) -> int:
         return a // b

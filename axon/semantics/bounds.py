@@ -57,7 +57,7 @@ import numpy as np
 
 from axon.ir import Graph, Node
 from axon.semantics.algebra import const_value
-from axon.semantics.ops import OP_SPECS, OpKind, Op
+from axon.semantics.ops import OP_SPECS, OpKind, Op, concrete_params
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import bind_shape
 
@@ -396,11 +396,14 @@ def _node(node, ins: list[_Val], alg: _Bounded, binding) -> tuple[_Val, int]:
         return alg.exact(spec.numpy([], p, bind_shape(node.shape, binding))), 1
     if spec.kind is OpKind.ELEMENTWISE:
         return alg.apply(spec.scalar, *ins), 1
+    if spec.kind is OpKind.LAYOUT:  # moves values: each part of the error moves with them
+        shape, p = bind_shape(node.shape, binding), concrete_params(p, binding)
+
+        def f(part):
+            return np.asarray(spec.numpy([np.broadcast_to(getattr(x, part), np.shape(x.v)) for x in ins], p, shape),
+                              np.float64)
+        return _Val(f("v"), f("det"), f("fixed"), f("rand")), 1
     (x,) = ins if op is not Op.MATMUL else (None,)
-    if spec.kind is OpKind.LAYOUT:
-        shape = bind_shape(node.shape, binding)
-        f = lambda a: np.asarray(spec.numpy([np.broadcast_to(a, np.shape(x.v))], p, shape), np.float64)
-        return _Val(f(x.v), f(x.det), f(x.fixed), f(x.rand)), 1
     if op is Op.MATMUL:
         return _matmul(*ins, alg)
     ax, keep = p.axis, getattr(p, "keepdims", True)

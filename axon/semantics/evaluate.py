@@ -14,7 +14,7 @@ import numpy as np
 from axon.errors import InputError
 from axon.ir import Graph
 from axon.semantics.algebra import const_value
-from axon.semantics.ops import OP_SPECS, Op
+from axon.semantics.ops import OP_SPECS, Op, concrete_params
 from axon.semantics.sizes import bind_shape, format_shape
 
 FLOAT_DTYPES = {
@@ -102,5 +102,6 @@ def _fill(env: dict, graph: Graph, arrays, binding) -> None:
             env[node] = np.float64(const_value(node.params.value, binding))
         else:
             args = [env[i] for i in node.inputs]
-            env[node] = np.asarray(OP_SPECS[node.op].numpy(args, node.params, bind_shape(node.shape, binding)),
+            params = concrete_params(node.params, binding)
+            env[node] = np.asarray(OP_SPECS[node.op].numpy(args, params, bind_shape(node.shape, binding)),
                                    dtype=np.float64)

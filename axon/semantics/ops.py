@@ -72,6 +72,7 @@ class Op(enum.Enum):
     TRANSPOSE = "transpose"
     SLICE = "slice"
     RESHAPE = "reshape"
+    CONCAT = "concatenate"
 
 
 # --- parameters, one frozen record per operator family ------------------------------------
@@ -103,8 +104,23 @@ class TransposeParams:
 
 @dataclass(frozen=True)
 class SliceParams:
-    # per axis: (start, stop or None for "to the end", step); all non-negative, step >= 1
-    slices: tuple[tuple[int, Optional[int], int], ...]
+    # per axis: (start, stop or None for "to the end", step); all non-negative, step >= 1; a bound
+    # may be a symbolic Size (x[:, :k/2]), with step 1
+    slices: tuple[tuple[Union[int, Size], Union[int, Size, None], int], ...]
+
+    @property
+    def symbolic(self) -> bool:
+        return any(isinstance(b, Size) for start, stop, _ in self.slices for b in (start, stop))
+
+    def bound(self, binding) -> "SliceParams":
+        """The same slice with symbolic bounds evaluated (what the NumPy reference indexes with)."""
+        value = lambda b: b.evaluate_int(binding) if isinstance(b, Size) else b  # noqa: E731
+        return SliceParams(tuple((value(a), value(b), c) for a, b, c in self.slices))
+
+
+@dataclass(frozen=True)
+class ConcatParams:
+    axis: int  # non-negative
 
 
 @dataclass(frozen=True)
@@ -195,7 +211,11 @@ def _transpose_shape(shapes, p: TransposeParams):
     return tuple(s[j] for j in p.perm)
 
 
-def _slice_extent(size: Size, start: int, stop: Optional[int], step: int) -> Size:
+def _slice_extent(size: Size, start, stop, step: int) -> Size:
+    if isinstance(start, Size) or isinstance(stop, Size):
+        if step != 1:
+            raise ShapeError("a slice with a symbolic bound must have step 1")
+        return (size if stop is None else Size.of(stop)) - Size.of(start)
     if stop is not None:
         # a literal axis clips as NumPy does; a symbolic one must reach the stop (a SizeFact
         # recorded by `_slice_constraints`), so the extent is the same at every size the program takes
@@ -230,6 +250,9 @@ def _slice_constraints(shapes, p: SliceParams):
     (s,) = shapes
     facts = []
     for size, (start, stop, step) in zip(s, p.slices):
+        if isinstance(start, Size) or isinstance(stop, Size):
+            facts += _symbolic_slice_facts(size, start, stop)
+            continue
         if size.as_int() is not None:
             continue
         if stop is not None:  # the axis must hold the last index read: start + step * (extent - 1)
@@ -239,6 +262,29 @@ def _slice_constraints(shapes, p: SliceParams):
         elif stop is None and step > 1:
             facts.append(SizeFact(size, divisor=step))
     return tuple(facts)
+
+
+def _symbolic_slice_facts(size: Size, start, stop) -> list[SizeFact]:
+    """start:stop with a symbolic bound: integer bounds (k/2 needs k even), a non-empty extent,
+    and a stop inside the axis."""
+    end = size if stop is None else Size.of(stop)
+    facts = [f for b in (Size.of(start), end) if (f := b.integral()) is not None]
+    for fact in (SizeFact(end - Size.of(start), minimum=1), SizeFact(size - end, minimum=0)):
+        if not fact.size.is_constant and not (fact.minimum == 0 and all(c > 0 for _, c in fact.size.terms)):
+            facts.append(fact)
+    return facts
+
+
+def _concat_shape(shapes, p: ConcatParams):
+    a, b = shapes
+    if len(a) != len(b):
+        raise ShapeError(f"concatenate needs operands of one rank, got {format_shape(a)} and {format_shape(b)}")
+    _check_axis(p.axis, len(a))
+    for j, (da, db) in enumerate(zip(a, b)):
+        if j != p.axis and da != db:
+            raise ShapeError(f"concatenate along axis {p.axis}: {format_shape(a)} and {format_shape(b)} differ "
+                             f"on axis {j} ({da} vs {db})")
+    return a[:p.axis] + (a[p.axis] + b[p.axis],) + a[p.axis + 1:]
 
 
 def _product(shape: Shape) -> Size:
@@ -298,7 +344,15 @@ def _transpose_element(alg, read, idx, shapes, p: TransposeParams):
 
 
 def _slice_element(alg, read, idx, shapes, p: SliceParams):
-    return read(0, tuple(start + step * i for i, (start, _, step) in zip(idx, p.slices)))
+    return read(0, tuple((alg.size(start) if isinstance(start, Size) else start) + step * i
+                         for i, (start, _, step) in zip(idx, p.slices)))
+
+
+def _concat_element(alg, read, idx, shapes, p: ConcatParams):
+    # out[.., i, ..] = a[.., i, ..] for i < A, else b[.., i - A, ..]: only the branch taken is read
+    i, extent = idx[p.axis], alg.size(shapes[0][p.axis])
+    return alg.branch(i, extent, lambda: read(0, idx),
+                      lambda: read(1, idx[:p.axis] + (i - extent,) + idx[p.axis + 1:]))
 
 
 def _reshape_element(alg, read, idx, shapes, p: ReshapeParams):
@@ -334,6 +388,11 @@ def _numpy_slice(args, p: SliceParams, out):
     return args[0][tuple(slice(start, stop, step) for start, stop, step in p.slices)]
 
 
+def concrete_params(params, binding):
+    """An operator's parameters as its NumPy reference reads them: symbolic slice bounds evaluated."""
+    return params.bound(binding) if isinstance(params, SliceParams) and params.symbolic else params
+
+
 def _numpy_reshape(args, p: ReshapeParams, out: tuple[int, ...]):
     return np.reshape(args[0], out)
 
@@ -365,6 +424,8 @@ OP_SPECS: dict[Op, OpSpec] = {
         OpSpec(Op.SLICE, OpKind.LAYOUT, 1, _slice_shape, _slice_element, _numpy_slice,
                constraints=_slice_constraints),
         OpSpec(Op.RESHAPE, OpKind.LAYOUT, 1, _reshape_shape, _reshape_element, _numpy_reshape),
+        OpSpec(Op.CONCAT, OpKind.LAYOUT, 2, _concat_shape, _concat_element,
+               lambda args, p, out: np.concatenate(args, axis=p.axis)),
     ]
 }
 

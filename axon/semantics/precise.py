@@ -89,6 +89,9 @@ class PreciseAlgebra:
             acc = self.apply(combine, acc, v)
         return acc
 
+    def branch(self, index: int, bound: int, below: Callable, above: Callable):
+        return below() if index < bound else above()
+
     def floordiv(self, a: int, b: int) -> int:
         return a // b
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from math import gcd
 from typing import Mapping, Union
 
 Monomial = tuple[str, ...]  # sorted dimension names, repeated for powers; () is the constant term
@@ -105,6 +106,23 @@ class Size:
     def divide(self, divisor: int) -> "Size":
         """Exact division by a positive integer (the caller records divisibility when needed)."""
         return Size({m: c / divisor for m, c in self.terms})
+
+    def __floordiv__(self, divisor: int) -> "Size":
+        """`x.shape[1] // 2` in a program: exact division, so an operator using the result (a slice
+        bound) records that it must be an integer (`integral`)."""
+        if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor <= 0:
+            raise TypeError(f"a size can only be divided by a positive integer, not {divisor!r}")
+        return self.divide(divisor)
+
+    def integral(self) -> "SizeFact | None":
+        """The fact that this size is an integer (k/2 needs k even), or None when it always is."""
+        denominators = [c.denominator for _, c in self.terms if c.denominator != 1]
+        if not denominators:
+            return None
+        lcm = 1
+        for d in denominators:
+            lcm = lcm * d // gcd(lcm, d)
+        return SizeFact(self * lcm, divisor=lcm, minimum=0)
 
     # -- identity -------------------------------------------------------------------------
     def __eq__(self, other) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 from axon.errors import ShapeError
 from axon.ir import Node, input_node, make_node, toposort
 from axon.semantics.algebra import const_value
-from axon.semantics.ops import OP_SPECS, Op, OpKind, TransposeParams
+from axon.semantics.ops import OP_SPECS, Op, OpKind, TransposeParams, concrete_params
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import Size, bind_shape
 from axon.synthesis.lowering import PROVED, UNPROVED, Arg, Lowering, Step
@@ -316,7 +316,8 @@ class _Search:
             else:
                 args = [self._eval(i, trial) for i in node.inputs]
                 with np.errstate(all="ignore"):
-                    value = np.asarray(OP_SPECS[node.op].numpy(args, node.params, bind_shape(node.shape, binding)),
+                    value = np.asarray(OP_SPECS[node.op].numpy(args, concrete_params(node.params, binding),
+                                                               bind_shape(node.shape, binding)),
                                        dtype=np.float64)
             cache[node] = value
         return value
@@ -391,7 +392,8 @@ class _Search:
 
     def run(self) -> list[Lowering]:
         solutions: list[tuple] = []  # (insts, refs)
-        if self.views and len(self.targets) == 1 and OP_SPECS[self.targets[0].op].kind is OpKind.LAYOUT:
+        if self.views and len(self.targets) == 1 and OP_SPECS[self.targets[0].op].kind is OpKind.LAYOUT \
+                and len(self.targets[0].inputs) == 1:  # an access pattern reads one tensor (not a concatenation)
             solutions.extend(self._view_solutions())
         need_first = (lambda ops: covered(self.required, ops)) if self.max_steps == 1 else (lambda ops: True)
         first: list[_Inst] = []

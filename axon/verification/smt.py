@@ -99,14 +99,14 @@ class _Translation:
     def integer(self, p: Poly) -> z3.ArithRef:
         total = z3.IntVal(0, self.ctx)
         for m, c in p.terms:
-            if c.denominator != 1:
-                raise UnsupportedError(f"index term {p.key} has a fractional coefficient")
-            term = z3.IntVal(int(c), self.ctx)
+            term = z3.IntVal(c.numerator, self.ctx)
             for a, e in m:
                 if e < 0:
                     raise UnsupportedError(f"index term {p.key} divides")
                 for _ in range(e):
                     term = term * self.int_atom(a)
+            if c.denominator != 1:  # k/2 of an even k: the size facts make the division exact
+                term = term / z3.IntVal(c.denominator, self.ctx)
             total = total + term
         return z3.simplify(total)
 

@@ -124,6 +124,9 @@ class SymbolicAlgebra:
             self._scope.pop()
         return T.fold(COMBINE[combine], Poly.of(extent), binder, value)
 
+    def branch(self, index, bound, below: Callable, above: Callable) -> Poly:
+        return T.select(T.compare("gt", Poly.of(bound), Poly.of(index)), Poly.of(below()), Poly.of(above()))
+
     def floordiv(self, a, b) -> Poly:
         return T.int_fn("floordiv", Poly.of(a), Poly.of(b))
 

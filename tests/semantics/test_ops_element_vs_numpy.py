@@ -8,7 +8,7 @@ import pytest
 from axon.ir import Graph, Node, input_node, make_node
 from axon.semantics.algebra import ConcreteAlgebra
 from axon.semantics.evaluate import evaluate
-from axon.semantics.ops import (OP_SPECS, AxisParams, ConstParams, IotaParams, Op, OpKind, ReshapeParams,
+from axon.semantics.ops import (OP_SPECS, AxisParams, ConcatParams, ConstParams, IotaParams, Op, OpKind, ReshapeParams,
                                 SliceParams, TransposeParams)
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import Size, shape_of
@@ -55,6 +55,10 @@ def _cases():
     yield make_node(Op.RESHAPE, [b3], ReshapeParams(shape_of(("m", 2, "n"))))
     yield make_node(Op.DIV, [x, Node_const(Size.of("n"))])  # a symbolic-size constant, as in mean
     yield make_node(Op.IOTA, [], IotaParams(Size.of("n")))
+    yield make_node(Op.CONCAT, [x, y], ConcatParams(1))
+    yield make_node(Op.CONCAT, [x, input_node("z", shape_of(("k", "n")))], ConcatParams(0))
+    yield make_node(Op.SLICE, [e], SliceParams(((0, None, 1), (Size.of("h"), None, 1))))  # e[:, h:] of 2h
+    yield make_node(Op.SLICE, [e], SliceParams(((1, None, 1), (1, Size.of("h") + 1, 1))))
 
 
 def Node_const(value):
