@@ -344,7 +344,8 @@ def test_isa_namespace():
         "tensor_scalar_cumulative", "tensor_copy", "reciprocal", "exponential", "iota", "memset",
         "dma_copy", "dma_transpose", "dma_compute", "tensor_scalar_reduce", "bn_stats", "bn_aggr",
         "affine_select", "nc_stream_shuffle", "core_barrier", "max8", "nc_find_index8", "reduce_cmd", "engine", "dge_mode", "nc_version",
-        "get_nc_version", "constants",
+        "get_nc_version", "constants", "register_alloc", "register_move", "register_load",
+        "VirtualRegister",
         # the deprecated engine constants and the enums public kernels name
         "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "unknown_engine",
         "oob_mode", "matmul_perf_mode"}

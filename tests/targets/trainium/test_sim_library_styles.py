@@ -413,3 +413,58 @@ def test_a_dma_casts_between_float_and_integer_dtypes():
             return out
     """, x=np.arange(32, dtype=np.float32).reshape(4, 8))
     assert r.outputs.dtype == np.uint32 and r.outputs.tolist() == np.arange(32).reshape(4, 8).tolist()
+
+
+def test_dynamic_range_over_a_register_loaded_from_a_tensor_with_scalar_offset_access():
+    x = RNG.standard_normal((4 * 16, 8)).astype(np.float32)
+    r = sim("""
+        @nki.jit
+        def k(x, n):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=x)
+            n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=n_sb, src=n)
+            count = nisa.register_alloc()
+            nisa.register_load(count, n_sb)
+            row = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(dst=row, value=0)
+            for _ in nl.dynamic_range(0, count, 1):
+                t = nl.ndarray((16, 8), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=x.ap(pattern=[[8, 16], [1, 8]], offset=0, scalar_offset=row, indirect_dim=0))
+                nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+                nisa.dma_copy(dst=out.ap(pattern=[[8, 16], [1, 8]], offset=0, scalar_offset=row, indirect_dim=0), src=t)
+                nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=16)
+            return out
+    """, x=x, n=np.array([[3]], np.int32))
+    want = x.copy()
+    want[:48] *= 2  # three tiles of 16 rows, the fourth left as copied
+    np.testing.assert_array_equal(r.outputs, want)
+
+
+def test_registers_hold_constants_feed_while_loops_and_refuse_unset_reads():
+    r = sim("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(dst=acc, value=0)
+            left = nisa.register_alloc(3)
+            other = nisa.register_alloc()
+            nisa.register_move(other, left)
+            while other:
+                nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=1)
+                nisa.register_move(other, 0)
+            for _ in nl.dynamic_range(left):
+                nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=10)
+            nisa.dma_copy(dst=out, src=acc)
+            return out
+    """, x=np.zeros((1, 1), np.float32))
+    assert r.outputs.tolist() == [[31] * 4]
+    with pytest.raises(KernelError, match="read before any value"):
+        sim("""
+            @nki.jit
+            def k(x):
+                for _ in nl.dynamic_range(nisa.register_alloc()):
+                    pass
+                return x
+        """, x=np.zeros((1, 1), np.float32))

@@ -3,7 +3,11 @@
 The tensor is seen flattened to 1-D in its logical order; the view's element [i0, i1, ...] is
 flat[offset + sum(i_k * step_k)] and its shape is the nums [NKI docs, "NKI Access Patterns"].
 A step of 0 repeats an element (a broadcast). On SBUF/PSUM the first pair walks partitions and
-must step over a whole partition's free elements.
+must step over a whole partition's free elements. A `scalar_offset` (a one-element SBUF tensor,
+read when the pattern is built, i.e. just before the instruction that uses it) moves the start by
+that many elements of dimension `indirect_dim`: value * the tensor's stride there. The instruction
+records the pattern's region, not the read of the offset tensor (an approximation of the model's
+dependencies: the offset is usually written well before).
 
 Invariant: the view is a NumPy view of the buffer (`as_strided` over its flattened data), so
 instructions read and write the buffer itself, and its region (memory.Tile._region) is computed
@@ -27,14 +31,16 @@ def access_pattern(tile, pattern, offset=0, dtype=None, scalar_offset=None, vect
     """The view `tile.ap(...)` describes (a `memory.Tile`)."""
     from .memory import Tile
 
-    if scalar_offset is not None or vector_offset is not None:
-        raise KernelError("ap() with scalar_offset/vector_offset (dynamic indirect access) is not "
-                          "supported by the Axon NKI simulator")
+    if vector_offset is not None:
+        raise KernelError("ap() with vector_offset (per-partition indirect access) is not supported "
+                          "by the Axon NKI simulator")
     if dtype is not None and dtypes.to_dtype(dtype) != tile.dtype:
         raise KernelError(f"ap(dtype={dtypes.to_dtype(dtype).name}) on a {tile.dtype.name} tensor "
                           f"(a reinterpret cast) is not supported by the Axon NKI simulator")
     steps, nums = _pairs(pattern)
     offset = _integer(offset, "offset")
+    if scalar_offset is not None:
+        offset += _dynamic_start(tile, scalar_offset, indirect_dim)
     flat, ini = _flat(tile)
     _check_bounds(steps, nums, offset, flat.size, tile.shape)
     if tile.buf.memory is not Memory.HBM and nums and nums[0] > 1:
@@ -53,6 +59,25 @@ def access_pattern(tile, pattern, offset=0, dtype=None, scalar_offset=None, vect
     t.iadd = False
     t.off = tile.off + offset * item
     return t
+
+
+def _dynamic_start(tile, scalar_offset, indirect_dim) -> int:
+    """Elements the scalar offset moves the start by: its value times the stride of dimension
+    `indirect_dim` of the tensor (row-major over its shape)."""
+    from .memory import Tile
+
+    dim = _integer(indirect_dim, "indirect_dim")
+    if not 0 <= dim < len(tile.shape):
+        raise KernelError(f"ap(): indirect_dim {dim} is not a dimension of a tensor of shape {tile.shape}")
+    if not isinstance(scalar_offset, Tile) or math.prod(scalar_offset.shape) != 1:
+        raise KernelError("ap(): scalar_offset must be a tensor holding one element")
+    if tile.buf.ctx.timing_only:
+        raise KernelError("ap(): a scalar_offset is a value read at run time; a timing-only "
+                          "simulation has none")
+    v = float(np.asarray(scalar_offset.values()).reshape(-1)[0])
+    if not v.is_integer():
+        raise KernelError(f"ap(): scalar_offset holds {v}, not an integer")
+    return int(v) * math.prod(tile.shape[dim + 1:])
 
 
 def _integer(value, what) -> int:

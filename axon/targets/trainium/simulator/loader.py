@@ -27,7 +27,7 @@ import numpy as np
 
 from axon.errors import KernelError
 
-from . import dtypes, indexing, isa, language, ops
+from . import dtypes, indexing, isa, language, ops, registers
 from .memory import Tile
 
 
@@ -158,6 +158,7 @@ def _language_module(ctx, module_name: str) -> types.ModuleType:
                  "loop_reduce", "where"):
         d[name] = functools.partial(getattr(language, name), ctx)
     d["copy"] = LangOp(ctx, ops.OPS["copy"], "unary")
+    d["dynamic_range"] = functools.partial(registers.dynamic_range, ctx)
     d["arange"], d["mgrid"], d["ds"] = indexing.arange, indexing.mgrid, indexing.ds
     d["par_dim"] = language.par_dim
     d["finfo"], d["iinfo"], d["NKIObject"] = language.finfo, language.iinfo, language.NKIObject
@@ -173,6 +174,9 @@ def _isa_module(ctx, module_name: str, beta1: bool) -> types.ModuleType:
     for name, impl in isa.INSTRUCTIONS.items():
         m.__dict__[name] = _isa_function(ctx, name, impl, beta1)
     m.reduce_cmd, m.engine, m.dge_mode = isa.reduce_cmd, isa.engine, isa.dge_mode
+    for name in ("register_alloc", "register_move", "register_load"):  # sequencer registers
+        m.__dict__[name] = functools.partial(getattr(registers, name), ctx)
+    m.VirtualRegister = registers.VirtualRegister
     for eng in ("tensor", "vector", "scalar", "gpsimd", "unknown"):  # nisa.vector_engine, ...
         m.__dict__[eng + "_engine"] = getattr(isa.engine, eng)
     m.oob_mode = types.SimpleNamespace(error="error", skip="skip")
