@@ -157,11 +157,22 @@ def scalar_tensor_tensor(ctx, dst, data, op0, operand0, op1, operand1, reverse0=
 
 def tensor_copy(ctx, dst, src, engine=None, mask=None, dtype=None, name=None, _opcode="tensor_copy", **_):
     # Engine left to the compiler: copies out of PSUM (accumulator evacuation) go to ScalarE, as the
-    # Neuron compiler places them (shared/fidelity.md: the profiles show them on ScalarE); others
-    # stay on VectorE.
+    # Neuron compiler places them (shared/fidelity.md: the profiles show them on ScalarE), and so
+    # do copies that move data to other partitions (a shift of the partition base, like the one-row
+    # broadcasts of nl.language); others stay on VectorE.
     buf = getattr(src, "buf", None)
-    default = Engine.SCALAR if (buf is not None and buf.memory is PSUM) else Engine.VECTOR
+    evacuates = buf is not None and buf.memory is PSUM
+    default = Engine.SCALAR if (evacuates or _moves_partitions(src, dst)) else Engine.VECTOR
     return _unary(ctx, _opcode, engine_of(engine, default), dst, src, "src", mask, dtype, lambda v: v)
+
+
+def _moves_partitions(src, dst) -> bool:
+    """Whether a copy's output starts on another partition than its input (a fresh result starts
+    on partition 0)."""
+    if not hasattr(src, "region"):
+        return False
+    out = dst.region().p_start if hasattr(dst, "region") else 0
+    return src.region().p_start != out
 
 
 def reciprocal(ctx, dst, data, mask=None, dtype=None, name=None, engine=None, **_):
