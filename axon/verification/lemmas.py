@@ -36,6 +36,13 @@ LEMMAS: dict[str, Lemma] = {lemma.name: lemma for lemma in [
           lambda rng, n: (lambda c, b: (np.sum(c * b), c * np.sum(b)))(rng.standard_normal(), _v(rng, n))),
     Lemma("fold_const", "sum_{r<n} c = n * c", "n copies of c",
           lambda rng, n: (lambda c: (np.sum(np.full(n, c)), n * c))(rng.standard_normal())),
+    Lemma("fold_swap", "fold_i fold_j b(i, j) = fold_j fold_i b(i, j), extents independent of i and j",
+          "one associative and commutative combine over a rectangle, in either order",
+          lambda rng, n: (lambda x: (np.array([sum(sum(x[i, j] for j in range(n + 1)) for i in range(n)),
+                                               max(max(x[i, j] for j in range(n + 1)) for i in range(n))]),
+                                     np.array([sum(sum(x[i, j] for i in range(n)) for j in range(n + 1)),
+                                               max(max(x[i, j] for i in range(n)) for j in range(n + 1))])))(
+              rng.standard_normal((n, n + 1)))),
     Lemma("fold_unroll", "fold_{r<n} b(r) = b(0) (+) ... (+) b(n-1) for a constant n",
           "the definition of a fold over a known extent",
           lambda rng, n: (lambda x: (np.array([np.sum(x), np.max(x)]),

@@ -362,7 +362,7 @@ def fold(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
     alpha-equivalent folds get one key). Max/min (`extent >= 1` by the size preconditions):
     `extremum_shift` (max(b + c) = max(b) + c), `extremum_scale` (max(c * b) = c * max(b) for c >= 0,
     = c * min(b) for c < 0), `extremum_const` (max over n >= 1 of c is c). Both: `fold_unroll` (a constant extent
-    n <= UNROLL gives the explicit sum/max of the n body instances)."""
+    n <= UNROLL gives the explicit sum/max of the n body instances), `fold_swap` (see `_swapped`)."""
     if extent.is_const and extent.value.denominator == 1 and 0 <= extent.value <= UNROLL:
         # fold_unroll: a fold over a small constant extent is its explicit combination
         values = [substitute(body, {binder.key: Poly.const(r)}) for r in range(int(extent.value))]
@@ -399,11 +399,31 @@ def fold(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
     return shift + _fold_atom(combine, extent, binder, dep_body)
 
 
-def _fold_atom(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
+def _fold_atom(combine: str, extent: Poly, binder: Var, body: Poly, swap: bool = True) -> Poly:
     canonical = Var(f"_b{1 + max(extent.level, body.level)}", "bound")
     if canonical != binder:
         body = substitute(body, {binder.key: Poly.atom(canonical)})
-    return Poly.atom(Fold(combine, extent, body, canonical))
+    out = Poly.atom(Fold(combine, extent, body, canonical))
+    return _swapped(out) if swap else out
+
+
+def _swapped(p: Poly) -> Poly:
+    """Lemma `fold_swap`: fold_i fold_j b(i, j) = fold_j fold_i b(i, j) for one combine over a
+    rectangle (neither extent reads the other binder): the nesting of the smaller key, so both
+    orders of a double sum (or max) are one term."""
+    (outer, _), = p.terms[0][0]
+    inner_single = outer.body.monomial
+    if inner_single is None or inner_single[0] != 1 or len(inner_single[1]) != 1:
+        return p
+    (inner, power), = inner_single[1]
+    if (power != 1 or not isinstance(inner, Fold) or inner.combine != outer.combine
+            or outer.var.key in inner.extent.free):
+        return p
+    i, j = Var("_swap_i", "bound"), Var("_swap_j", "bound")
+    body = substitute(inner.body, {outer.var.key: Poly.atom(i), inner.var.key: Poly.atom(j)})
+    swapped = _fold_atom(outer.combine, inner.extent, j,
+                         _fold_atom(outer.combine, outer.extent, i, body, swap=False), swap=False)
+    return swapped if swapped.key < p.key else p
 
 
 # --- substitution and evaluation ------------------------------------------------------------
