@@ -14,8 +14,9 @@ at the shapes its own test, reference or benchmark code uses (the table below re
 facts). NKIBench kernels take their inputs and NumPy reference from
 `NKIBench/reference/<name>_numpy_N.py` (`get_inputs`, `transform_to_nki_inputs`, `forward`);
 the other references are NumPy written here from the kernels' documented meaning. An output
-matches when it is within rtol = atol/max|ref| = 2e-3 (float32 outputs) or 3e-2 (16-bit) of the
-reference elementwise, relative to max|ref|. Latencies are the model's trn1 estimate (SPMD
+matches when it is within rtol = atol/max|ref| = 2e-3 (float32 outputs), 3e-2 (16-bit) or 2**-4 (fp8) of the
+reference elementwise, relative to max|ref|. Latencies are the model's trn1 estimate (nki-library:
+trn2, the platform its tests run on; SPMD
 instances run one after another on one NeuronCore, their instructions scheduled as one stream);
 "measured" comes from ../shared/fidelity.md where that file gives the same kernel at the same
 shape.
@@ -57,6 +58,7 @@ class Entry:
     measured_spill_mb: float | None = None  # the profile's "spill reload MB" (shared/fidelity.md)
     note: str = ""
     target: str = TARGET  # the NeuronCore its own tests run on
+    unpack: Callable | None = None  # unpack(outputs) -> what the reference returns (a packed layout's parts)
     compute_dtype: str | None = None  # a 16-bit arithmetic the kernel documents (mixed precision):
     # its outputs are judged at the 16-bit tolerance whatever their own dtype
 
@@ -349,14 +351,28 @@ def reference_entries() -> list[Entry]:
 # Each kernel runs from its package folder (relative imports, the package __init__) at a shape its
 # own test (test/integration/nkilib/...) uses, on trn2 (the tests' default platform) with the
 # tests' logical NeuronCore count: LNC=2 is a grid of 2 programs. Enum arguments are the kernel
-# package's own (KernelValue). Core kernels considered and why each is in or out:
-#   in:  cumsum, subkernels/rmsnorm_tkg, subkernels/layernorm_tkg, embeddings/rope (RoPE),
-#        attention/attention_cte, qkv/qkv_cte, ...
+# package's own (KernelValue). Kernels considered and why each is in or out (a fair sample: every
+# entry below was run, whether it passes or not):
+#   in:  cumsum; subkernels rmsnorm_tkg, layernorm_tkg; embeddings RoPE; attention attention_cte;
+#        qkv qkv_cte, qkv_tkg; rmsnorm rmsnorm_quant_kernel (fp8 row quantization); mlp (the entry
+#        point: its file does not parse in this snapshot); output_projection _cte, _tkg;
+#        router_topk; topk rotational_topk (its host-side config needs scipy); max cascaded_max;
+#        experimental conv1d, cross_entropy_forward, dynamic_elementwise_add.
+#   out: attention_tkg, attention_bwd, gen_mask_tkg (attention_tkg takes an AttnTKGConfig and an
+#        SbufManager its test builds inside its own jit wrapper, with torch-made masks);
+#        mlp_cte / mlp_tkg (take an MLPParameters that only mlp() builds); moe_cte, moe_tkg,
+#        moe_block (MX/fp8 expert weights, not yet tried); embeddings rope_hf (RoPE covers the
+#        rotation); subkernels find_nonzero_indices, indexed_flatten, rmsnorm_mx_quantize_tkg and
+#        experimental collectives, transformer, moe (multi-device, MX or helper subkernels).
 
-def _normal(rng, shape, dtype="float32"):
+def _dtype(name: str):
     from axon.targets.trainium.runner import numpy_dtype
 
-    return rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(dtype))
+    return numpy_dtype(name)
+
+
+def _normal(rng, shape, dtype="float32"):
+    return rng.standard_normal(shape).astype(np.float32).astype(_dtype(dtype))
 
 
 def _tkg_layout(y):  # [B, S, H] -> [128, B*S, H/128], H split as (128, H/128)
@@ -463,6 +479,22 @@ def ref_cross_entropy(logits_hbm, targets_hbm, **_):  # per position: lse - logi
     return [lse - x[np.arange(x.shape[0]), targets_hbm], lse]
 
 
+def ref_rmsnorm_fp8_row_quant(hidden, ln_w, eps=1e-6, **_):
+    """RMSNorm (x / (rms + eps) * gamma, as its test's golden), then per-row FP8 (e4m3, range 240)
+    quantization: the quantized row and its float32 dequantization scale max|row| / 240."""
+    x = _f32(hidden)
+    norm = x / (np.sqrt(np.mean(x * x, axis=-1, keepdims=True)) + eps) * _f32(ln_w).reshape(-1)
+    scale = np.abs(norm).max(axis=-1, keepdims=True) / 240.0
+    import ml_dtypes  # NKI's float8_e4m3 is the IEEE-style e4m3 (largest finite 240), not e4m3fn
+
+    return [(norm / scale).astype(ml_dtypes.float8_e4m3), scale]
+
+
+def unpack_fp8_rows_with_scale(out):  # [B, S, H + 4] fp8: H values, then the fp32 scale's 4 bytes
+    q = np.asarray(out)
+    return [q[..., :-4], np.ascontiguousarray(q[..., -4:]).view(np.float32)]
+
+
 def ref_dynamic_add(input_a, input_b, num_m_tiles):  # the first num_m_tiles * 128 rows hold a + b
     rows = int(num_m_tiles.reshape(-1)[0]) * 128
     return (_f32(input_a) + _f32(input_b))[:rows]
@@ -503,6 +535,23 @@ def library_entries() -> list[Entry]:
                   ("attention_prev", (1, 512, 1024)), ("gamma_norm_weights", (1, 1024)))},
               args={"fused_residual_add": True, "fused_norm_type": KernelValue("NormType.RMS_NORM"), "norm_eps": 1e-6},
               reference=ref_qkv_cte_rms_fused_add, target="trn2"),
+        Entry(lib, L + "core/qkv/qkv_tkg.py", "qkv_tkg",  # accuracy [lnc 1, B 4, S 1, H 4096, I 896, RMS, add]
+              lambda rng: {n: _normal(rng, s, "bfloat16") for n, s in (
+                  ("hidden", (4, 1, 4096)), ("qkv_w", (4096, 896)), ("norm_w", (1, 4096)),
+                  ("mlp_prev", (4, 1, 4096)), ("attn_prev", (4, 1, 4096)))},
+              args={"fused_add": True, "d_head": 128, "num_kv_heads": 1, "num_q_heads": 5,
+                    "norm_type": KernelValue("NormType.RMS_NORM"), "eps": 1e-6},
+              # with fused_add it also returns the residual sum hidden + mlp_prev + attn_prev
+              reference=lambda hidden, qkv_w, norm_w, mlp_prev, attn_prev, eps, **_: [ref_qkv_cte_rms_fused_add(
+                  hidden, qkv_w, mlp_prev, attn_prev, norm_w, eps), _f32(hidden) + _f32(mlp_prev) + _f32(attn_prev)],
+              target="trn2"),
+        Entry(lib, L + "core/rmsnorm/rmsnorm_quant.py", "rmsnorm_quant_kernel",
+              # lnc_unit (seqlen 160, RMS norm, ROW quant, lower_bound 0, lnc 2, batch 1, hidden 16384), bf16
+              lambda rng: {"hidden": _normal(rng, (1, 160, 16384), "bfloat16"), "ln_w": _normal(rng, (1, 16384), "bfloat16")},
+              args={"kargs": KernelValue.call("RmsNormQuantKernelArgs", quantization_type=KernelValue(
+                  "QuantizationType.ROW"), lower_bound=0.0, norm_type=KernelValue("NormType.RMS_NORM"), eps=1e-6)},
+              grid=(2,), reference=lambda hidden, ln_w, kargs: ref_rmsnorm_fp8_row_quant(hidden, ln_w),
+              unpack=unpack_fp8_rows_with_scale, target="trn2"),
         Entry(lib, L + "core/mlp/mlp.py", "mlp",  # mlp_cte unit [1, 1, 512, 1024, 448, RMS_NORM, fused_add, SiLU]
               lambda rng: {n: _normal(rng, s, "bfloat16") for n, s in (
                   ("hidden_tensor", (1, 512, 1024)), ("gate_proj_weights_tensor", (1024, 448)),
@@ -514,19 +563,19 @@ def library_entries() -> list[Entry]:
               "output_projection_cte",  # unit (1, 1024, 3072, 16, 64, bias), bf16
               lambda rng: {"attention": _normal(rng, (1, 16, 64, 1024), "bfloat16"),
                            "weight": _normal(rng, (1024, 3072), "bfloat16"),
-                           "bias": (100 * _normal(rng, (1, 3072))).astype(_normal(rng, (1,), "bfloat16").dtype)},
+                           "bias": (100 * _normal(rng, (1, 3072))).astype(_dtype("bfloat16"))},
               grid=(2,), reference=ref_output_projection, target="trn2"),
         Entry(lib, L + "core/output_projection/output_projection_tkg.py", "output_projection_tkg",
               # [B 4, n_heads 8, S 4, d_head 64, H 3072, NONE, bias, no transpose]
               lambda rng: {"attention": _rand(rng, (64, 4, 8, 4), "bfloat16"), "weight": _rand(rng, (512, 3072), "bfloat16"),
-                           "bias": (100 * _normal(rng, (1, 3072))).astype(_normal(rng, (1,), "bfloat16").dtype)},
+                           "bias": (100 * _normal(rng, (1, 3072))).astype(_dtype("bfloat16"))},
               grid=(2,), reference=ref_output_projection_tkg, target="trn2"),
         Entry(lib, L + "core/router_topk/router_topk.py", "router_topk",
               # (128, 3072, 128, 4, SOFTMAX, bias, no pre-norm), x in HBM as [H, T]
               lambda rng: {"x": _rand(rng, (3072, 128), "bfloat16", -0.1, 0.1), "w": _rand(rng, (3072, 128), "bfloat16", -0.1, 0.1),
                            "w_bias": _rand(rng, (1, 128), "bfloat16", -0.1, 0.1),
-                           "router_logits": np.zeros((128, 128), _normal(rng, (1,), "bfloat16").dtype),
-                           "expert_affinities": np.zeros((128, 128), _normal(rng, (1,), "bfloat16").dtype),
+                           "router_logits": np.zeros((128, 128), _dtype("bfloat16")),
+                           "expert_affinities": np.zeros((128, 128), _dtype("bfloat16")),
                            "expert_index": np.zeros((128, 4), np.uint32)},
               args={"act_fn": KernelValue("common_types.RouterActFnType.SOFTMAX"), "k": 4, "x_hbm_layout": 0,
                     "x_sb_layout": 0, "router_pre_norm": False},
@@ -606,7 +655,10 @@ def _load_module(path: str):
 # ----- running one kernel --------------------------------------------------------------------
 
 def _tolerance(dtype) -> float:
-    return 2e-3 if np.dtype(dtype).itemsize >= 4 else 3e-2
+    size = np.dtype(dtype).itemsize
+    # 8-bit floats (fp8 e4m3 outputs of quantizing kernels): 2**-4, so that one rounding step of a
+    # 3-bit mantissa (a different but equally valid rounding of the same value) is within it
+    return 2e-3 if size >= 4 else 3e-2 if size == 2 else 2.0 ** -4
 
 
 def _compare(got, want, compute_dtype=None) -> tuple[bool, float]:
@@ -662,7 +714,7 @@ def run_entry(entry: Entry, corpus: str) -> dict:
             kernel = load_kernel(path, entry.func)
             inputs = dict(entry.inputs(rng))
             reference = (lambda: entry.reference(**inputs, **entry.args)) if entry.reference else None
-            post = None
+            post = (lambda out, ref: entry.unpack(out)) if entry.unpack else None
         args = {**inputs, **entry.args}
         sim = simulate(kernel, args, target=entry.target, grid=entry.grid, time_limit_s=TIME_LIMIT_S)
         est = estimate(sim.trace, get_target(entry.target))
@@ -742,10 +794,10 @@ def write_report(entries, results, out: Path, command: str):
     for e, r in zip(entries, results):
         groups.setdefault(_group(e), []).append((e, r))
     lines = ["# Public NKI kernels in Axon's simulator and model", "",
-             f"Made by `{command}` (trn1 model). Each kernel runs unchanged from its own file, given",
+             f"Made by `{command}` (trn1 model; nki-library on trn2, its tests' platform). Each kernel runs unchanged from its own file, given",
              "only array inputs, scalar arguments and an SPMD grid, at the shapes its own test or reference",
              "code uses; it matches when every output element is within rtol = atol/max|ref| = 2e-3 (float32)",
-             "or 3e-2 (16-bit outputs) of a NumPy reference. SPMD instances run one after another on one",
+             "or 3e-2 (16-bit outputs; 2**-4 for fp8) of a NumPy reference. SPMD instances run one after another on one",
              "NeuronCore and the model schedules their instructions as one stream. Measured latencies are",
              "from ../shared/fidelity.md (trn1) where it has the same kernel at the same shape; calibration",
              "against them is a later step. On-chip memory is allocated by liveness (per block of a",

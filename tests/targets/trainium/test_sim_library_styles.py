@@ -99,10 +99,10 @@ def test_access_pattern_writes_into_its_tensor_and_on_hbm():
 @pytest.mark.parametrize("pattern, offset, message", [
     ("[[32, 128], [1, 33]]", 0, "reaches elements"),
     ("[[64, 64], [1, 32]]", 0, "partition step 64"),
-    ("[[32, 128], [1, 32]]", 0, "reinterpret cast"),
+    ("[[32, 128], [1, 32]]", 0, "partition step 32 must equal the tensor's free size 64"),  # as bf16
 ])
 def test_bad_access_patterns_fail_with_the_kernel_line(pattern, offset, message):
-    dtype = ", dtype=nl.int32" if message == "reinterpret cast" else ""
+    dtype = ", dtype=nl.bfloat16" if "size 64" in message else ""
     with pytest.raises(KernelError, match=message) as err:
         sim(f"""
             @nki.jit
@@ -468,3 +468,41 @@ def test_registers_hold_constants_feed_while_loops_and_refuse_unset_reads():
                     pass
                 return x
         """, x=np.zeros((1, 1), np.float32))
+
+
+def test_abs_as_the_alu_op_of_tensor_scalar_reduce_gives_the_row_abs_max():
+    x = RNG.standard_normal((8, 32)).astype(np.float32)
+    r = sim("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((8, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((8, 32), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            a = nl.ndarray((8, 32), dtype=x.dtype, buffer=nl.sbuf)
+            m = nl.ndarray((8, 1), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar_reduce(dst=a, data=t, op0=nl.abs, operand0=0.0, reduce_op=nl.maximum, reduce_res=m)
+            nisa.dma_copy(dst=out, src=m)
+            return out
+    """, x=x)
+    np.testing.assert_array_equal(r.outputs, np.abs(x).max(axis=1, keepdims=True))
+
+
+def test_access_pattern_reinterprets_bytes_for_reading_and_refuses_writes_through_them():
+    import ml_dtypes
+
+    x = RNG.standard_normal((4, 2)).astype(np.float32)
+    body = """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((4, 8), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+            t = nl.ndarray((4, 2), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(DST, SRC)
+            return out
+    """
+    r = sim(body.replace("DST", "dst=out").replace("SRC", "src=t.ap(pattern=[[8, 4], [1, 8]], dtype=nl.float8_e4m3)"), x=x)
+    np.testing.assert_array_equal(r.outputs.view(np.uint8), x.view(np.uint8))
+    assert r.outputs.dtype == np.dtype(ml_dtypes.float8_e4m3)
+    with pytest.raises(KernelError, match="cannot write through a reinterpret-cast view"):
+        sim(body.replace("nisa.dma_copy(DST, SRC)", "nisa.memset(dst=t.ap(pattern=[[8, 4], [1, 8]], "
+                         "dtype=nl.float8_e4m3), value=0.0)"), x=x)

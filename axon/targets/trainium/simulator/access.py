@@ -34,17 +34,17 @@ def access_pattern(tile, pattern, offset=0, dtype=None, scalar_offset=None, vect
     if vector_offset is not None:
         raise KernelError("ap() with vector_offset (per-partition indirect access) is not supported "
                           "by the Axon NKI simulator")
-    if dtype is not None and dtypes.to_dtype(dtype) != tile.dtype:
-        raise KernelError(f"ap(dtype={dtypes.to_dtype(dtype).name}) on a {tile.dtype.name} tensor "
-                          f"(a reinterpret cast) is not supported by the Axon NKI simulator")
+    cast = None if dtype is None or dtypes.to_dtype(dtype) == tile.dtype else dtypes.to_dtype(dtype)
     steps, nums = _pairs(pattern)
     offset = _integer(offset, "offset")
     if scalar_offset is not None:
         offset += _dynamic_start(tile, scalar_offset, indirect_dim)
     flat, ini = _flat(tile)
+    if cast is not None:
+        flat, ini = _reinterpret(flat, ini, cast, tile)
     _check_bounds(steps, nums, offset, flat.size, tile.shape)
     if tile.buf.memory is not Memory.HBM and nums and nums[0] > 1:
-        free = math.prod(tile.shape[1:])
+        free = math.prod(tile.shape[1:]) * tile.dtype.itemsize // flat.itemsize  # in the view's elements
         if steps[0] != free:
             raise KernelError(f"ap(): the partition step {steps[0]} must equal the tensor's free size "
                               f"{free} (partitions are read contiguously)")
@@ -54,11 +54,28 @@ def access_pattern(tile, pattern, offset=0, dtype=None, scalar_offset=None, vect
     t.buf, t.shape = tile.buf, tuple(nums)
     t.arr = as_strided(flat[offset:], shape=t.shape, strides=strides)
     t.ini = None if ini is None else as_strided(ini[offset:], shape=t.shape,
-                                                strides=tuple(s * ini.itemsize for s in steps))
+                                                strides=tuple(s * ini.itemsize for s in steps),
+                                                writeable=cast is None)
     t.valid = t.oob = t.idx = t.producer = t.reg = t.wmask = None
     t.iadd = False
     t.off = tile.off + offset * item
     return t
+
+
+def _reinterpret(flat, ini, cast, tile):
+    """The tensor's bytes seen as `cast` elements (pattern and offset then count those): a read-only
+    view of the data, and an element counts as written when all its bytes were."""
+    old, new = flat.itemsize, cast.itemsize
+    if flat.nbytes % new:
+        raise KernelError(f"ap(dtype={cast.name}): a {tile.dtype.name} tensor of shape {tile.shape} "
+                          f"is not a whole number of {cast.name} elements")
+    view = flat.view(cast)
+    view.flags.writeable = False
+    if ini is None:
+        return view, None
+    if old >= new:
+        return view, np.repeat(ini, old // new)
+    return view, ini.reshape(-1, new // old).all(axis=1)
 
 
 def _dynamic_start(tile, scalar_offset, indirect_dim) -> int:

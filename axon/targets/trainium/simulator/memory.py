@@ -85,8 +85,8 @@ class Tile:
 
     # ----- facts -------------------------------------------------------------------------
     @property
-    def dtype(self):
-        return self.buf.dtype
+    def dtype(self):  # a reinterpret-cast view (access.py) has its own
+        return self.buf.dtype if self.arr is None else self.arr.dtype
 
     @property
     def ndim(self):
@@ -319,6 +319,8 @@ class Tile:
             if mask is not None:
                 mask = mask[box]
         arr = self.arr
+        if not arr.flags.writeable:
+            raise KernelError("cannot write through a reinterpret-cast view (ap(dtype=...)); it is read-only")
         if values is not None:
             if mask is None:
                 arr[...] = values

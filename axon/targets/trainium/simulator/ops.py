@@ -110,6 +110,12 @@ _NUMPY = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.di
           np.logical_or: "logical_or", np.logical_xor: "logical_xor", np.fmod: "mod", np.mod: "mod"}
 
 
+# Unary functions the Vector Engine's ALU also computes as an `op` of a two-operand instruction
+# (the "Supported Math Operators for NKI ISA" table lists them with add, multiply, ...): the
+# instruction applies them to its data; the second operand takes no part.
+ALU_UNARY = {name: Op(name, lambda a, _b, fn=OPS[name].fn: fn(a), 2) for name in ("abs", "rsqrt", "reciprocal")}
+
+
 def lookup(op, arity: int | None = None) -> Op:
     """Map an `op=` argument (an nl operator or a NumPy function) onto its Op."""
     found = None
@@ -126,6 +132,8 @@ def lookup(op, arity: int | None = None) -> Op:
             found = OPS[name]
     if found is None:
         raise KernelError(f"unsupported operator {op!r}")
+    if arity == 2 and found.arity == 1 and found.name in ALU_UNARY:
+        return ALU_UNARY[found.name]
     if arity is not None and found.arity != arity:
         kind = "binary" if arity == 2 else "unary (activation)"
         raise KernelError(f"operator {found.name} is not a {kind} operator")
