@@ -353,7 +353,7 @@ def reference_entries() -> list[Entry]:
 # tests' logical NeuronCore count: LNC=2 is a grid of 2 programs. Enum arguments are the kernel
 # package's own (KernelValue). Kernels considered and why each is in or out (a fair sample: every
 # entry below was run, whether it passes or not):
-#   in:  cumsum; subkernels rmsnorm_tkg, layernorm_tkg; embeddings RoPE; attention attention_cte;
+#   in:  cumsum; subkernels rmsnorm_tkg, layernorm_tkg; embeddings RoPE, rope_hf; attention attention_cte;
 #        qkv qkv_cte, qkv_tkg; rmsnorm rmsnorm_quant_kernel (fp8 row quantization); mlp (the entry
 #        point: its file does not parse in this snapshot); output_projection _cte, _tkg;
 #        router_topk; topk rotational_topk (its host-side config needs scipy); max cascaded_max;
@@ -361,8 +361,8 @@ def reference_entries() -> list[Entry]:
 #   out: attention_tkg, attention_bwd, gen_mask_tkg (attention_tkg takes an AttnTKGConfig and an
 #        SbufManager its test builds inside its own jit wrapper, with torch-made masks);
 #        mlp_cte / mlp_tkg (take an MLPParameters that only mlp() builds); moe_cte, moe_tkg,
-#        moe_block (MX/fp8 expert weights, not yet tried); embeddings rope_hf (RoPE covers the
-#        rotation); subkernels find_nonzero_indices, indexed_flatten, rmsnorm_mx_quantize_tkg and
+#        moe_block (MX/fp8 expert weights, not yet tried); subkernels find_nonzero_indices,
+#        indexed_flatten, rmsnorm_mx_quantize_tkg and
 #        experimental collectives, transformer, moe (multi-device, MX or helper subkernels).
 
 def _dtype(name: str):
@@ -399,6 +399,14 @@ def ref_rope(x_in, cos, sin, **_):  # x [d, B, n_heads, S], cos/sin [d/2, B, S];
     x, c, s = _f32(x_in), _f32(cos)[:, :, None, :], _f32(sin)[:, :, None, :]
     x1, x2 = np.split(x, 2, axis=0)
     return np.concatenate([x1 * c - x2 * s, x1 * s + x2 * c])
+
+
+def ref_rope_hf(q, k, q_out, k_out, cos, sin, **_):  # [b, heads, seq, d], cos/sin [b, seq, d]
+    def rot(x):  # (x1, x2) -> (-x2, x1) over the head dimension's halves
+        half = x.shape[-1] // 2
+        return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    c, s = _f32(cos)[:, None], _f32(sin)[:, None]
+    return [_f32(q) * c + rot(_f32(q)) * s, _f32(k) * c + rot(_f32(k)) * s]
 
 
 def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, tp_q=True, tp_out=False, **_):
@@ -524,6 +532,13 @@ def library_entries() -> list[Entry]:
                            "cos": _normal(rng, (64, 4, 1024), "bfloat16"), "sin": _normal(rng, (64, 4, 1024), "bfloat16")},
               args={"lnc_shard": True, "contiguous_layout": True, "relayout_in_sbuf": False}, grid=(2,),
               reference=ref_rope, target="trn2"),
+        Entry(lib, L + "core/embeddings/rope_hf.py", "rope_hf",  # (2, 16, 4, 512, 128, bf16, forward), lnc 2
+              lambda rng: {"q": _normal(rng, (2, 16, 512, 128), "bfloat16"), "k": _normal(rng, (2, 4, 512, 128), "bfloat16"),
+                           "q_out": np.zeros((2, 16, 512, 128), _dtype("bfloat16")),
+                           "k_out": np.zeros((2, 4, 512, 128), _dtype("bfloat16")),
+                           **{n: v.astype(_dtype("bfloat16")) for n, v in
+                              _rotary_inputs(rng, b=2, h=1, seq=512, d=128).items() if n in ("cos", "sin")}},
+              grid=(2,), reference=ref_rope_hf, target="trn2"),
         Entry(lib, L + "core/attention/attention_cte.py", "attention_cte",  # no_cp_unit [3, 2048, 2048, 128, fp16]
               lambda rng: {"q": _rand(rng, (3, 2048, 128), "float16"), "k": _rand(rng, (3, 128, 2048), "float16"),
                            "v": _rand(rng, (3, 2048, 128), "float16")},

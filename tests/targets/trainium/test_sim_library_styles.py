@@ -506,3 +506,17 @@ def test_access_pattern_reinterprets_bytes_for_reading_and_refuses_writes_throug
     with pytest.raises(KernelError, match="cannot write through a reinterpret-cast view"):
         sim(body.replace("nisa.dma_copy(DST, SRC)", "nisa.memset(dst=t.ap(pattern=[[8, 4], [1, 8]], "
                          "dtype=nl.float8_e4m3), value=0.0)"), x=x)
+
+
+def test_an_input_given_as_a_strided_numpy_view_is_a_row_major_hbm_tensor():
+    x = RNG.standard_normal((32, 8)).astype(np.float32).T  # a transposed view: not C-contiguous
+    r = sim("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x.ap(pattern=[[32, 8], [1, 32]]))
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, x=x)
+    np.testing.assert_array_equal(r.outputs, x)

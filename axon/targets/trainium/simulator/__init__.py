@@ -256,7 +256,8 @@ def _hbm_input(ctx, name, value, timing_only, namespace):
             dt = dtypes.to_dtype(value.dtype)
         except KernelError as e:
             raise InputError(f"input {name!r}: {e}") from None
-        return wrap_array(ctx, np.array(value, dtype=dt, copy=True), name)
+        # row-major, as a tensor in device memory is (a NumPy view may have any strides)
+        return wrap_array(ctx, np.array(value, dtype=dt, copy=True, order="C"), name)
     return value  # scalars and other Python values pass through as meta-parameters
 
 
