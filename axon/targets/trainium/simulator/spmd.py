@@ -68,9 +68,6 @@ class Programs:
             raise self.error
         return self.results[-1]
 
-    def current(self) -> int:
-        return self.turn
-
     def barrier(self, cores: tuple, line: int):
         """The running program waits until each program in `cores` has reached this barrier."""
         me = self.turn
