@@ -34,6 +34,7 @@ from axon.verification import numeric
 from axon.verification.claim import Claim, narrowing, positivity, simplify
 from axon.verification.smt import Outcome, Query, solve
 from axon.verification.symbolic import Encoder, SymbolicAlgebra, output_index, size_poly
+from axon.verification import terms as T
 from axon.verification.terms import Undefined
 
 
@@ -176,7 +177,6 @@ class Verifier:
 
     def _prove(self, a: Graph, b: Graph, claim: Claim) -> Verdict:
         alg = SymbolicAlgebra()
-        enc = Encoder(alg)
         nodes = toposort(a.outputs + b.outputs)
         positive = tuple({p.key: p for n in nodes for p in map(size_poly, n.shape) if not p.is_const}.values())
         facts = tuple(sorted(((size_poly(f.size), f.divisor, f.minimum) for f in claim.facts),
@@ -184,8 +184,10 @@ class Verifier:
         spent, all_cached = 0.0, True
         for k, (oa, ob) in enumerate(zip(a.outputs, b.outputs)):
             index = output_index(oa.rank)
-            try:
-                difference = enc.term(oa, index) - enc.term(ob, index)
+            try:  # one encoder per output: its terms are simplified within this output's index ranges
+                enc = Encoder(alg)
+                with T.ranged(zip(index, map(size_poly, oa.shape))):
+                    difference = enc.term(oa, index) - enc.term(ob, index)
             except (Undefined, UnsupportedError, RecursionError) as err:
                 return Verdict(Status.UNKNOWN, f"output {k} could not be encoded symbolically: {err}",
                                solver_time_s=spent)

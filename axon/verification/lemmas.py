@@ -43,6 +43,21 @@ LEMMAS: dict[str, Lemma] = {lemma.name: lemma for lemma in [
                                      np.array([sum(sum(x[i, j] for i in range(n)) for j in range(n + 1)),
                                                max(max(x[i, j] for i in range(n)) for j in range(n + 1))])))(
               rng.standard_normal((n, n + 1)))),
+    Lemma("fold_split", "fold_{r < q c} b(r) = fold_{i < q} fold_{k < c} b(c i + k)",
+          "r -> (r div c, r mod c) is a bijection of [0, q c) onto [0, q) x [0, c)",
+          lambda rng, n: (lambda x, c: (np.array([x.sum(), x.max()]),
+                                        np.array([sum(sum(x[c * i + k] for k in range(c)) for i in range(n)),
+                                                  max(max(x[c * i + k] for k in range(c)) for i in range(n))])))(
+              rng.standard_normal(3 * n), 3)),
+    Lemma("index_split", "floor((q b + r) / b) = q + floor(r / b), (q b + r) mod b = r mod b; integers, b > 0",
+          "q b is a multiple of b", lambda rng, n: (lambda q, r, b: (
+              np.concatenate([(q * b + r) // b, (q * b + r) % b]), np.concatenate([q + r // b, r % b])))(
+              rng.integers(-9, 9, n), rng.integers(-20, 20, n), n + 1)),
+    Lemma("index_range", "floor(r / b) = 0 and r mod b = r for 0 <= r < b", "definition of floor division",
+          lambda rng, n: (lambda r: (np.concatenate([r // (n + 1), r % (n + 1)]), np.concatenate([0 * r, r])))(
+              rng.integers(0, n + 1, n))),
+    Lemma("index_nest", "floor(floor(x / c) / b) = floor(x / (c b)) for b, c > 0", "nested floor division",
+          lambda rng, n: (lambda x: ((x // 3) // (n + 1), x // (3 * (n + 1))))(rng.integers(-100, 100, n))),
     Lemma("fold_unroll", "fold_{r<n} b(r) = b(0) (+) ... (+) b(n-1) for a constant n",
           "the definition of a fold over a known extent",
           lambda rng, n: (lambda x: (np.array([np.sum(x), np.max(x)]),

@@ -115,14 +115,26 @@ class SymbolicAlgebra:
     def fold(self, combine: ScalarOp, extent, body: Callable[[Poly], Poly]) -> Poly:
         if combine not in COMBINE:
             raise UnsupportedError(f"no symbolic fold for {combine.value}")
-        self._fresh += 1
-        binder = T.Var(f"_r{self._fresh}", "bound")
-        self._scope.append((Poly.atom(binder), Poly.of(extent)))
+        binder, extent = self._binder(), Poly.of(extent)
+        self._scope.append((Poly.atom(binder), extent))
         try:
-            value = Poly.of(body(Poly.atom(binder)))
+            with T.ranged([(Poly.atom(binder), extent)]):
+                value = Poly.of(body(Poly.atom(binder)))
         finally:
             self._scope.pop()
-        return T.fold(COMBINE[combine], Poly.of(extent), binder, value)
+        factor = T.split_factor(value, binder, extent)
+        if factor is None:
+            return T.fold(COMBINE[combine], extent, binder, value)
+        # lemma fold_split: a fold over a flattened (q, c) axis reads it as r = c*i + k; two folds
+        outer, inner = self._binder(), self._binder()
+        q = T.exact_quotient(extent, factor)
+        with T.ranged([(Poly.atom(outer), q), (Poly.atom(inner), factor)]):
+            split = T.substitute(value, {binder.key: factor * Poly.atom(outer) + Poly.atom(inner)})
+            return T.fold(COMBINE[combine], q, outer, T.fold(COMBINE[combine], factor, inner, split))
+
+    def _binder(self) -> T.Var:
+        self._fresh += 1
+        return T.Var(f"_r{self._fresh}", "bound")
 
     def branch(self, index, bound, below: Callable, above: Callable) -> Poly:
         return T.select(T.compare("gt", Poly.of(bound), Poly.of(index)), Poly.of(below()), Poly.of(above()))

@@ -16,6 +16,7 @@ whole construction against NumPy on the 20 benchmarks.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Callable, Iterable, Mapping, Optional
 
@@ -336,13 +337,158 @@ def select(c: Poly, a: Poly, b: Poly) -> Poly:
     return Poly.atom(Fn("where", (c, a, b)))
 
 
+# Index ranges known while a term is built (lemma `index_range`): an index variable's key -> its
+# exclusive upper bound; its lower bound is 0. Set only around the construction of what the range
+# scopes (a fold's body, one output's terms), so a simplification never outlives its premise.
+_RANGES: dict[str, Poly] = {}
+
+
+@contextmanager
+def ranged(bounds: Iterable[tuple[Poly, Poly]]):
+    """Index variables (single-atom polys) known to lie in [0, extent) while the block runs."""
+    added = []
+    for var, extent in bounds:
+        if var.monomial is not None and var.monomial[0] == 1 and len(var.monomial[1]) == 1:
+            (atom, _), = var.monomial[1]
+            if atom.key not in _RANGES:
+                _RANGES[atom.key] = Poly.of(extent)
+                added.append(atom.key)
+    try:
+        yield
+    finally:
+        for key in added:
+            del _RANGES[key]
+
+
+def _integral(p: Poly) -> bool:
+    return all(c.denominator == 1 for _, c in p.terms)
+
+
+def _quotient(t: Poly, b: Poly) -> Optional[Poly]:
+    """t / b when b is one monomial dividing the monomial t exactly (integer coefficient), else None."""
+    (ct, mt), (cb, mb) = t.monomial, b.monomial
+    factors = dict(mt)
+    for atom, e in mb:
+        if factors.get(atom, 0) < e:
+            return None
+        factors[atom] -= e
+    if (ct / cb).denominator != 1:
+        return None
+    return monomial(ct / cb, {a: e for a, e in factors.items() if e})
+
+
+def _split(a: Poly, b: Poly) -> tuple[Poly, Poly]:
+    """a = q * b + r with q the terms of a that b divides."""
+    q, r = ZERO, ZERO
+    for m, c in a.terms:
+        t = Poly({m: c})
+        part = _quotient(t, b) if m or b.is_const else None
+        if part is None:
+            r = r + t
+        else:
+            q = q + part
+    return q, r
+
+
+def _index_range(atom: Atom) -> Optional[Poly]:
+    """U with 0 <= atom < U, where known: a ranged index variable, or mod(x, b) (U = b)."""
+    if isinstance(atom, Var):
+        return _RANGES.get(atom.key)
+    if isinstance(atom, Fn) and atom.op == "mod":
+        return atom.args[1]
+    return None
+
+
+def _largest(r: Poly) -> Optional[Poly]:
+    """The largest value of r over the known ranges when every term of r is a positive multiple of
+    sizes times at most one ranged index (so r >= 0 too), else None."""
+    total = ZERO
+    for m, c in r.terms:
+        if c < 0:
+            return None
+        sizes = {a: e for a, e in m if isinstance(a, Var) and a.kind == "dim"}
+        rest = [(a, e) for a, e in m if a not in sizes]
+        if len(rest) > 1 or any(e < 0 for e in sizes.values()):
+            return None
+        term = monomial(c, sizes)
+        if rest:
+            (a, e), = rest
+            bound = _index_range(a)
+            if e != 1 or bound is None:
+                return None
+            term = term * (bound - ONE)
+        total = total + term
+    return total
+
+
+def _nonnegative(p: Poly) -> bool:
+    return all(c >= 0 and all(isinstance(a, Var) and a.kind == "dim" and e > 0 for a, e in m) for m, c in p.terms)
+
+
+def _below(r: Poly, b: Poly) -> bool:
+    """0 <= r < b is known (lemma `index_range`): from the ranges of r's indices (c*i + k with
+    i < q and k < c is below c*q), or r = floordiv(x, c) of an x below c*b."""
+    single = r.monomial
+    if single is not None and single[0] == 1 and len(single[1]) == 1 and single[1][0][1] == 1:
+        atom = single[1][0][0]
+        if isinstance(atom, Fn) and atom.op == "floordiv" and _below(atom.args[0], atom.args[1] * b):
+            return True
+    largest = _largest(r)
+    return largest is not None and _nonnegative(b - ONE - largest)
+
+
 def int_fn(op: str, a: Poly, b: Poly) -> Poly:
+    """floordiv / mod of integer index terms. Lemmas `index_split` (floor((q b + r) / b) = q +
+    floor(r / b), (q b + r) mod b = r mod b, for integers), `index_range` (floor(r / b) = 0 and
+    r mod b = r for 0 <= r < b), `index_nest` (floor(floor(x / c) / b) = floor(x / (c b)), b, c > 0)."""
     if a.is_const and b.is_const and b.value != 0:
         x, y = a.value, b.value
         return Poly.const(x // y if op == "floordiv" else x % y)
     if b == ONE:
         return a if op == "floordiv" else ZERO
+    single = b.monomial
+    if single is not None and single[0] > 0 and _integral(a) and _integral(b) and \
+            all(isinstance(at, Var) and at.kind == "dim" for at, _ in single[1]):
+        q, r = _split(a, b)
+        if q != ZERO:
+            return q + int_fn("floordiv", r, b) if op == "floordiv" else int_fn("mod", r, b)
+        if _below(r, b):
+            return ZERO if op == "floordiv" else r
+        inner = r.monomial
+        if op == "floordiv" and inner is not None and inner[0] == 1 and len(inner[1]) == 1 and inner[1][0][1] == 1:
+            atom = inner[1][0][0]
+            if isinstance(atom, Fn) and atom.op == "floordiv" and atom.args[1].monomial is not None \
+                    and atom.args[1].monomial[0] > 0:
+                return int_fn("floordiv", atom.args[0], atom.args[1] * b)
     return Poly.atom(Fn(op, (a, b)))
+
+
+def exact_quotient(a: Poly, b: Poly) -> Poly:
+    q, r = _split(a, b)
+    if r != ZERO:
+        raise ValueError(f"{b.key} does not divide {a.key}")
+    return q
+
+
+def split_factor(body: Poly, binder: Var, extent: Poly) -> Optional[Poly]:
+    """A divisor c of `extent` with floordiv(binder, c) or mod(binder, c) in `body`: the fold
+    reads a flattened (extent/c, c) axis, and is two folds (lemma `fold_split`)."""
+    target = Poly.atom(binder)
+    stack, seen = list(body.atoms()), set()
+    while stack:
+        a = stack.pop()
+        if a in seen:
+            continue
+        seen.add(a)
+        if isinstance(a, Fn) and a.op in ("floordiv", "mod") and a.args[0] == target and a.args[1] != ONE:
+            q, r = _split(extent, a.args[1])
+            if r == ZERO:
+                return a.args[1]
+        parts = getattr(a, "args", ()) + getattr(a, "index", ()) + tuple(
+            x for x in (getattr(a, "extent", None), getattr(a, "body", None), getattr(a, "poly", None)) if x is not None)
+        for part in parts:
+            stack.extend(part.atoms())
+    return None
 
 
 UNROLL = 4  # folds over constant extents up to this are unrolled (kept small: terms grow linearly)
