@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from axon.errors import AxonError
+from axon.errors import AxonError, InputError
 from axon.semantics.bounds import Check, Tolerance, compare  # noqa: F401 (the check, defined once)
 
 
@@ -41,7 +42,14 @@ class ResultCache:
     def __init__(self, root: Optional[Path]):
         self.root = root
         if root is not None:
-            root.mkdir(parents=True, exist_ok=True)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise InputError(f"the result cache {root} is not a directory (AXON_CACHE_DIR; empty to "
+                                 "turn the cache off)") from None
+            except OSError as err:
+                raise InputError(f"cannot create the result cache {root}: {err.strerror} (AXON_CACHE_DIR; "
+                                 "empty to turn the cache off)") from None
 
     @staticmethod
     def key(*parts: str) -> str:
@@ -78,9 +86,9 @@ def time_candidate(target, source: str, inputs: dict, cache: ResultCache, runs: 
     # the model's fingerprint is in the key: a corrected model never serves an old latency
     key = cache.key("timing", target.name, target.model_fingerprint(), source,
                     *(f"{k}{v.shape}{v.dtype}" for k, v in sorted(inputs.items())))
-    hit = cache.get(key)
+    hit = _valid_timing(cache.get(key))
     if hit is not None:
-        return Timing(hit["latency_ns"], hit.get("error", ""))
+        return hit
     try:
         m = target.run(source, inputs, timing_only=True, keep_schedule=runs is not None)
         t = Timing(m.latency_ns)
@@ -92,6 +100,20 @@ def time_candidate(target, source: str, inputs: dict, cache: ResultCache, runs: 
     if t.error == "" or "KernelError" not in t.error:
         cache.put(key, {"latency_ns": t.latency_ns, "error": t.error})
     return t
+
+
+def _valid_timing(value) -> Optional[Timing]:
+    """A cached timing as written by `time_candidate`, or None (a miss: measured again and
+    overwritten) for anything else, a hand-edited or truncated file included."""
+    if not isinstance(value, dict) or not isinstance(value.get("error", ""), str):
+        return None
+    latency = value.get("latency_ns")
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)):
+        return None
+    error = value.get("error", "")
+    ok = math.isfinite(latency) and latency > 0 and not error
+    failed = latency == float("inf") and error
+    return Timing(float(latency), error) if ok or failed else None
 
 
 def check_candidate(target, source: str, inputs: dict, expected: tuple, tolerance: Tolerance,

@@ -128,3 +128,39 @@ def test_timing_uses_shapes_and_random_inputs_keep_the_dtype():
     data = prog.random_inputs({"m": 128, "k": 256, "n": 512}, "bfloat16", seed=1)
     assert {k: str(v.dtype) for k, v in data.items()} == {"x": "bfloat16", "w": "bfloat16"}
     assert 0.9 < float(np.std(data["x"].astype(np.float32))) < 1.1
+
+
+@pytest.mark.parametrize("stored", [{"latency_ns": 0.0, "error": ""}, {"latency_ns": -5, "error": ""},
+                                    {"latency_ns": "fast"}, [1, 2], {"error": 3}, {"latency_ns": True},
+                                    {"latency_ns": float("nan"), "error": ""}])
+def test_a_poisoned_or_malformed_cached_timing_is_measured_again(tmp_path, stored):
+    from axon.search.select import _valid_timing
+
+    assert _valid_timing(stored) is None
+    assert _valid_timing({"latency_ns": 1234.5, "error": ""}).latency_ns == 1234.5
+    assert _valid_timing({"latency_ns": float("inf"), "error": "KernelError: x"}).error
+
+
+def test_a_cache_dir_that_is_a_file_is_one_clear_error(tmp_path, monkeypatch):
+    from axon.search.select import default_cache
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("AXON_CACHE_DIR", str(blocker))
+    with pytest.raises(InputError, match="not a directory"):
+        default_cache()
+
+
+def test_optimize_survives_a_poisoned_cache(tmp_path, monkeypatch):
+    import glob
+
+    @axon.program(x=("m", "n"))
+    def double(x):
+        return x * 2.0
+
+    first = optimize(double, {"m": 128, "n": 128}, dtype="float32")
+    for path in glob.glob(str(tmp_path / "cache" / "*.json")):
+        with open(path, "w") as f:
+            f.write('{"latency_ns": 0.0, "error": ""}')
+    again = optimize(double, {"m": 128, "n": 128}, dtype="float32")
+    assert again.latency_ns == first.latency_ns > 0
