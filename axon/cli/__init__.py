@@ -25,7 +25,10 @@ def _load_commands():
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from axon import __version__
+
     parser = argparse.ArgumentParser(prog="axon", description="Axon: a synthesizing superoptimizer for tensor programs.")
+    parser.add_argument("--version", action="version", version=f"axon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _load_commands():
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)

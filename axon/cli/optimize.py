@@ -24,7 +24,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
     parser.add_argument("-o", "--out-dir", default="axon_out", help="where the kernel, trace and JSON go")
     parser.add_argument("--json", dest="json_path", help="also write the JSON summary here")
-    parser.add_argument("--budget", type=float, default=None, help="seconds for model ranking (default 60)")
+    from axon.search.optimize import DEFAULT_BUDGET_S
+
+    parser.add_argument("--budget", type=float, default=None,
+                        help=f"seconds for model ranking (default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 

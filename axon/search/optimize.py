@@ -51,7 +51,7 @@ class OptimizeResult:
     target: str
     sizes: dict
     dtype: str
-    kernel_source: str
+    kernel_source: str = field(repr=False)  # the whole kernel: printed by the report, not by repr
     latency_ns: float
     roofline_ns: float  # the program's at this case (search.roofline), not the winner's own bound
     max_abs_err: float
