@@ -84,7 +84,7 @@ def test_a_python_loop_building_lists_hits_the_memory_limit():
     message, took = failing(body("acc = []\nfor i in range(10**9):\n    acc.append([i])\nreturn x"),
                             memory_mb=200, timeout_s=20)
     assert "200 MB memory limit" in message and "MemoryError" in message
-    assert took < 5
+    assert took < 15  # the memory limit, well before the 20 s wall clock (slack for a loaded machine)
 
 
 @pytest.mark.parametrize("exit_call", ["os._exit(0)", "os._exit(3)"])
