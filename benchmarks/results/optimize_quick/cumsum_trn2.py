@@ -2,9 +2,9 @@
 
 sizes:    m=1024, n=4096
 rewrites: none (the program as written)
-fusion:   fused (1 pass; values crossing passes go through HBM)
+fusion:   unfused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   cumsum; row tile 128 x block 2, matmul n tile 512, n block whole width, k tile 128, rows walked in column chunks of 1024
+pass 1:   cumsum; row tile 128 x block 1, matmul n tile 512, n block 512, k tile 128
 lowerings: cumsum (synthesis, proved)
 """
 import nki
@@ -15,20 +15,16 @@ import nki.language as nl
 @nki.jit
 def cumsum(x):
     DT = x.dtype
-    const = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+    const = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=const, value=0.0)
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: cumsum  (rows 128 x 2 per block, n_tile 512, n_block all, column chunks of 1024)
-    for i_rb in nl.affine_range(4):
-        for i_r in nl.affine_range(2):
-            carry = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.memset(dst=carry[0:128, 0:1], value=0.0)
-            for i_c in nl.sequential_range(4):
-                x_t = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=x_t[0:128, 0:1024], src=x[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_c * 1024:i_c * 1024 + 1024])
-                add1 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                # cumsum, add: 1 instruction(s), proved
-                nisa.tensor_tensor_scan(dst=add1[0:128, 0:1024], data0=x_t[0:128, 0:1024], data1=const[0:128, 0:1024], initial=carry[0:128, 0:1], op0=nl.add, op1=nl.add)
-                nisa.tensor_copy(dst=carry[0:128, 0:1], src=add1[0:128, 1023:1023 + 1], engine=nisa.engine.gpsimd)
-                nisa.dma_copy(dst=out[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_c * 1024:i_c * 1024 + 1024], src=add1[0:128, 0:1024])
+    # pass 1: cumsum  (rows 128 x 1 per block, n_tile 512, n_block 512)
+    for i_rb in nl.affine_range(8):
+        i_r = 0
+        x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
+        cumsum1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        # cumsum: 1 instruction(s), proved
+        nisa.tensor_tensor_scan(dst=cumsum1[0:128, 0:4096], data0=x_t[0:128, 0:4096], data1=const[0:128, 0:4096], initial=0.0, op0=nl.add, op1=nl.add)
+        nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096], src=cumsum1[0:128, 0:4096])
     return out

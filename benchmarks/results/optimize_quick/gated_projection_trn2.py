@@ -4,7 +4,7 @@ sizes:    m=1024, k=2048, n=4096
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul, silu, matmul, mul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
+pass 1:   matmul, silu, matmul, mul; row tile 128 x block 4, matmul n tile 512, n block 1024, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
 """
 import nki
@@ -16,7 +16,7 @@ import nki.language as nl
 def gated_projection(x, w1, w2):
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: matmul, silu, matmul, mul  (rows 128 x 4 per block, n_tile 512, n_block 512)
+    # pass 1: matmul, silu, matmul, mul  (rows 128 x 4 per block, n_tile 512, n_block 1024)
     for i_rb in nl.affine_range(2):
         lhsT = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
@@ -29,29 +29,29 @@ def gated_projection(x, w1, w2):
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
                 nisa.tensor_copy(dst=lhsT[0:128, i_r * 2048 + i_q * 512:i_r * 2048 + i_q * 512 + 512], src=tp)
-        for i_nb in nl.affine_range(8):
-            w = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+        for i_nb in nl.affine_range(4):
+            w = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(16):
-                nisa.dma_copy(dst=w[0:128, i_kt * 512:i_kt * 512 + 512], src=w1[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
-            w3 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_copy(dst=w[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=w1[i_kt * 128:i_kt * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024])
+            w3 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(16):
-                nisa.dma_copy(dst=w3[0:128, i_kt * 512:i_kt * 512 + 512], src=w2[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
+                nisa.dma_copy(dst=w3[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=w2[i_kt * 128:i_kt * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024])
             for i_r in nl.affine_range(4):
-                o = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                i_nt = 0
-                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=acc, value=0.0)
-                for i_kt in nl.affine_range(16):
-                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 2048 + i_kt * 128:i_r * 2048 + i_kt * 128 + 128], moving=w[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                acc1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=acc1, value=0.0)
-                for i_kt in nl.affine_range(16):
-                    nisa.nc_matmul(dst=acc1[0:128, 0:512], stationary=lhsT[0:128, i_r * 2048 + i_kt * 128:i_r * 2048 + i_kt * 128 + 128], moving=w3[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                # silu, mul: 2 instruction(s), proved
-                t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
-                nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply)
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
-                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
+                o = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+                for i_nt in nl.affine_range(2):
+                    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.memset(dst=acc, value=0.0)
+                    for i_kt in nl.affine_range(16):
+                        nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 2048 + i_kt * 128:i_r * 2048 + i_kt * 128 + 128], moving=w[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
+                    acc1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.memset(dst=acc1, value=0.0)
+                    for i_kt in nl.affine_range(16):
+                        nisa.nc_matmul(dst=acc1[0:128, 0:512], stationary=lhsT[0:128, i_r * 2048 + i_kt * 128:i_r * 2048 + i_kt * 128 + 128], moving=w3[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
+                    mul1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                    # silu, mul: 2 instruction(s), proved
+                    t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                    nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
+                    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply)
+                    nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
+                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024], src=o[0:128, 0:1024])
     return out

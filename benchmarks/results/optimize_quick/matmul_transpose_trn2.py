@@ -4,7 +4,7 @@ sizes:    m=1024, k=4096, n=4096
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
+pass 1:   matmul; row tile 128 x block 4, matmul n tile 512, n block 1024, k tile 128
 lowerings: matmul (synthesis, proved)
 """
 import nki
@@ -16,7 +16,7 @@ import nki.language as nl
 def matmul_transpose(x, w):
     DT = x.dtype
     out = nl.ndarray((4096, 1024), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: matmul  (rows 128 x 4 per block, n_tile 512, n_block 512)
+    # pass 1: matmul  (rows 128 x 4 per block, n_tile 512, n_block 1024)
     for i_rb in nl.affine_range(2):
         lhsT = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
@@ -29,26 +29,26 @@ def matmul_transpose(x, w):
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
                 nisa.tensor_copy(dst=lhsT[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp)
-        for i_nb in nl.affine_range(8):
-            w1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
+        for i_nb in nl.affine_range(4):
+            w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):
-                nisa.dma_copy(dst=w1[0:128, i_kt * 512:i_kt * 512 + 512], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
+                nisa.dma_copy(dst=w1[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024])
             for i_r in nl.affine_range(4):
-                i_nt = 0
-                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=acc, value=0.0)
-                for i_kt in nl.affine_range(32):
-                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                ev = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=ev[0:128, 0:512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
-                tT = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                i_q = 0
-                tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=ev[0:128, i_q * 512:i_q * 512 + 128])
-                nisa.nc_transpose(dst=tp1[0:128, 128:256], data=ev[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
-                nisa.nc_transpose(dst=tp1[0:128, 256:384], data=ev[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
-                nisa.nc_transpose(dst=tp1[0:128, 384:512], data=ev[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=tT[0:128, 0:0 + 512], src=tp1)
-                for i_q in nl.affine_range(4):
-                    nisa.dma_copy(dst=out[i_nb * 512 + i_nt * 512 + i_q * 128:i_nb * 512 + i_nt * 512 + i_q * 128 + 128, i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128], src=tT[0:128, i_q * 128:i_q * 128 + 128])
+                for i_nt in nl.affine_range(2):
+                    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.memset(dst=acc, value=0.0)
+                    for i_kt in nl.affine_range(32):
+                        nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
+                    ev = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                    nisa.tensor_copy(dst=ev[0:128, 0:512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
+                    tT = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                    i_q = 0
+                    tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp1[0:128, 0:128], data=ev[0:128, i_q * 512:i_q * 512 + 128])
+                    nisa.nc_transpose(dst=tp1[0:128, 128:256], data=ev[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
+                    nisa.nc_transpose(dst=tp1[0:128, 256:384], data=ev[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
+                    nisa.nc_transpose(dst=tp1[0:128, 384:512], data=ev[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
+                    nisa.tensor_copy(dst=tT[0:128, 0:0 + 512], src=tp1)
+                    for i_q in nl.affine_range(4):
+                        nisa.dma_copy(dst=out[i_nb * 1024 + i_nt * 512 + i_q * 128:i_nb * 1024 + i_nt * 512 + i_q * 128 + 128, i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128], src=tT[0:128, i_q * 128:i_q * 128 + 128])
     return out

@@ -4,7 +4,7 @@ sizes:    m=1024, k=4096, n=4096
 rewrites: propagate matmul (operand 0) into mul: degree 1 onto operand 0
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul, sum, mul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
+pass 1:   matmul, sum, mul; row tile 128 x block 4, matmul n tile 512, n block 1024, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), sum (synthesis, proved)
 """
 import nki
@@ -16,14 +16,15 @@ import nki.language as nl
 def reduce_mul_matmul(x, y, w):
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: matmul, sum, mul  (rows 128 x 4 per block, n_tile 512, n_block 512)
+    # pass 1: matmul, sum, mul  (rows 128 x 4 per block, n_tile 512, n_block 1024)
     for i_rb in nl.affine_range(2):
         sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
             y_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=y_t[0:128, 0:4096], src=y[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:4096])
             # sum: 1 instruction(s), proved
-            nisa.tensor_reduce(dst=sum_blk[0:128, i_r:i_r + 1], data=y_t[0:128, 0:4096], op=nl.add, axis=1)
+            t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=sum_blk[0:128, i_r:i_r + 1], data=y_t[0:128, 0:4096], op=nl.copy, reduce_op=nl.add)
         lhsT = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
             x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
@@ -35,20 +36,20 @@ def reduce_mul_matmul(x, y, w):
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
                 nisa.tensor_copy(dst=lhsT[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp)
-        for i_nb in nl.affine_range(8):
-            w1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
+        for i_nb in nl.affine_range(4):
+            w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):
-                nisa.dma_copy(dst=w1[0:128, i_kt * 512:i_kt * 512 + 512], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
+                nisa.dma_copy(dst=w1[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024])
             for i_r in nl.affine_range(4):
-                o = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                i_nt = 0
-                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=acc, value=0.0)
-                for i_kt in nl.affine_range(32):
-                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                # mul: 1 instruction(s), proved
-                nisa.activation(dst=mul1[0:128, 0:512], data=acc[0:128, 0:512], scale=sum_blk[0:128, i_r:i_r + 1], op=nl.copy)
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
-                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
+                o = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+                for i_nt in nl.affine_range(2):
+                    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.memset(dst=acc, value=0.0)
+                    for i_kt in nl.affine_range(32):
+                        nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
+                    mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                    # mul: 1 instruction(s), proved
+                    nisa.activation(dst=mul1[0:128, 0:512], data=acc[0:128, 0:512], scale=sum_blk[0:128, i_r:i_r + 1], op=nl.copy)
+                    nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
+                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024], src=o[0:128, 0:1024])
     return out

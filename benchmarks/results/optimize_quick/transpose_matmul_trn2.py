@@ -4,7 +4,7 @@ sizes:    m=1024, k=4096, n=4096
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
+pass 1:   matmul; row tile 128 x block 8, matmul n tile 512, n block 1024, k tile 128
 lowerings: matmul (synthesis, proved)
 """
 import nki
@@ -16,22 +16,22 @@ import nki.language as nl
 def transpose_matmul(x, w):
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: matmul  (rows 128 x 4 per block, n_tile 512, n_block 512)
-    for i_rb in nl.affine_range(2):
-        lhsT = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
+    # pass 1: matmul  (rows 128 x 8 per block, n_tile 512, n_block 1024)
+    i_rb = 0
+    lhsT = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
+    for i_kt in nl.affine_range(32):
+        nisa.dma_copy(dst=lhsT[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=x[i_kt * 128:i_kt * 128 + 128, i_rb * 1024:i_rb * 1024 + 1024])
+    for i_nb in nl.affine_range(4):
+        w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(32):
-            nisa.dma_copy(dst=lhsT[0:128, i_kt * 512:i_kt * 512 + 512], src=x[i_kt * 128:i_kt * 128 + 128, i_rb * 512:i_rb * 512 + 512])
-        for i_nb in nl.affine_range(8):
-            w1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
-            for i_kt in nl.affine_range(32):
-                nisa.dma_copy(dst=w1[0:128, i_kt * 512:i_kt * 512 + 512], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
-            for i_r in nl.affine_range(4):
-                o = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                i_nt = 0
+            nisa.dma_copy(dst=w1[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024])
+        for i_r in nl.affine_range(8):
+            o = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+            for i_nt in nl.affine_range(2):
                 acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                 nisa.memset(dst=acc, value=0.0)
                 for i_kt in nl.affine_range(32):
-                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_kt * 512 + i_r * 128:i_kt * 512 + i_r * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
+                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_kt * 1024 + i_r * 128:i_kt * 1024 + i_r * 128 + 128], moving=w1[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
                 nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
-                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
+            nisa.dma_copy(dst=out[i_rb * 1024 + i_r * 128:i_rb * 1024 + i_r * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024], src=o[0:128, 0:1024])
     return out
