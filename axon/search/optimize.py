@@ -160,7 +160,10 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     pool = pool or [(prog.graph, ())]
     lowerer = Lowerer(tgt)
     counts = Counts()
-    say(f"{len(pool)} variant(s); tiling and emitting candidates")
+    rewritten = sum(1 for _, chain in pool if chain)
+    say(f"{len(pool)} program variant(s) (the program as written"
+        + (f" and {rewritten} proved rewrite{'s' if rewritten > 1 else ''} of it" if rewritten else "")
+        + "); tiling and emitting candidates")
     try:
         baseline = direct_lowering(prog.name, prog.graph, sizes, tgt, dtype, lowerer)
     except UnsupportedError as err:

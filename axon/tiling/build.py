@@ -196,8 +196,10 @@ class KernelBuilder:
         phs = phases(w, p.group)
         P, BM = t.row_tile, t.row_block
         R = self.c(w.row)
+        matmul = any(n.op is Op.MATMUL for n in p.group.nodes)
         em.comment(f"pass {pi + 1}: " + ", ".join(n.op.value for n in p.group.nodes)
-                   + f"  (rows {P} x {BM} per block, n_tile {t.n_tile}, n_block {t.n_block or 'all'}"
+                   + f"  (rows {P} x {BM} per block"
+                   + (f", n_tile {t.n_tile}, n_block {t.n_block or 'all'}" if matmul else "")
                    + (f", column chunks of {t.col_chunk})" if t.col_chunk else ")"))
         # which values later phases need, and how
         phase_of = {n: i for i, ph in enumerate(phs) for n in ph.nodes}

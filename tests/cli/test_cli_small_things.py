@@ -30,3 +30,16 @@ def test_result_repr_leaves_the_kernel_out(tmp_path, monkeypatch):
 
     r = axon.optimize(double, {"m": 128, "n": 128}, dtype="float32")
     assert "nki.jit" in r.kernel_source and "nki.jit" not in repr(r)
+
+
+def test_a_kernel_without_a_matmul_says_nothing_of_matmul_tiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path))
+
+    @axon.program(x=("m", "n"))
+    def scaled_exp(x):
+        return axon.exp(x) * 2.0
+
+    source = axon.optimize(scaled_exp, {"m": 128, "n": 256}, dtype="float32").kernel_source
+    assert "stationary" not in source and "n_tile" not in source and "matmul n tile" not in source
+    mm = axon.optimize("matmul", {"m": 128, "k": 128, "n": 512}, dtype="float32").kernel_source
+    assert "stationary operands transposed by" in mm and "matmul n tile" in mm
