@@ -46,7 +46,10 @@ def main() -> int:
                                   env={**__import__("os").environ, "AXON_CACHE_DIR": cache})
             wall = time.perf_counter() - t
         if proc.returncode != 0:
-            rows.append({"benchmark": name, "ok": False, "error": proc.stderr.strip().splitlines()[-1:], "wall_s": wall})
+            why = proc.stderr.strip().splitlines()[-1:] or [
+                f"killed by signal {-proc.returncode}" + (" (out of memory?)" if proc.returncode == -9 else "")
+                if proc.returncode < 0 else f"exit {proc.returncode}, nothing on stderr"]
+            rows.append({"benchmark": name, "ok": False, "error": why, "wall_s": wall})
             print(f"{name:20s} FAILED ({wall:.1f} s): {proc.stderr.strip()[-300:]}", flush=True)
             continue
         data = json.loads(jpath.read_text())

@@ -3,7 +3,7 @@
 sizes:    m=2048, k=8192, n=28672
 rewrites: none (the program as written)
 fusion:   split (2 passes; values crossing passes go through HBM)
-layout:   stationary operands transposed by dma
+layout:   stationary operands transposed by pe
 pass 1:   matmul, silu, matmul, mul; row tile 128 x block 2, matmul n tile 512, n block 512, k tile 128, weights streamed along K in pieces of <= 4096 rows
 pass 2:   matmul; row tile 128 x block 2, matmul n tile 512, n block 1024, k tile 128, weights streamed along K in pieces of <= 2048 rows
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
@@ -22,8 +22,15 @@ def gated_mlp(x, w1, w2, w3):
     for i_rb in nl.affine_range(8):
         lhsT = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(2):
-            for i_kt in nl.affine_range(64):
-                nisa.dma_transpose(dst=lhsT[0:128, i_r * 8192 + i_kt * 128:i_r * 8192 + i_kt * 128 + 128], src=x[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_kt * 128:i_kt * 128 + 128])
+            x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:8192])
+            for i_q in nl.affine_range(16):
+                tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, i_q * 512:i_q * 512 + 128])
+                nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
+                nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
+                nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
+                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp)
         for i_nb in nl.affine_range(56):
             acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
             acc1 = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
@@ -56,8 +63,15 @@ def gated_mlp(x, w1, w2, w3):
     for i_rb in nl.affine_range(8):
         lhsT1 = nl.ndarray((128, 57344), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(2):
-            for i_kt in nl.affine_range(224):
-                nisa.dma_transpose(dst=lhsT1[0:128, i_r * 28672 + i_kt * 128:i_r * 28672 + i_kt * 128 + 128], src=scratch[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_kt * 128:i_kt * 128 + 128])
+            scratch_t = nl.ndarray((128, 28672), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_copy(dst=scratch_t[0:128, 0:28672], src=scratch[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:28672])
+            for i_q in nl.affine_range(56):
+                tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=scratch_t[0:128, i_q * 512:i_q * 512 + 128])
+                nisa.nc_transpose(dst=tp1[0:128, 128:256], data=scratch_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
+                nisa.nc_transpose(dst=tp1[0:128, 256:384], data=scratch_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
+                nisa.nc_transpose(dst=tp1[0:128, 384:512], data=scratch_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
+                nisa.tensor_copy(dst=lhsT1[0:128, i_r * 28672 + i_q * 512:i_r * 28672 + i_q * 512 + 512], src=tp1)
         for i_nb in nl.affine_range(8):
             acc2 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
             nisa.memset(dst=acc2, value=0.0)

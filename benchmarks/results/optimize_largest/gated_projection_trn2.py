@@ -50,9 +50,9 @@ def gated_projection(x, w1, w2):
             for i_r in nl.affine_range(2):
                 o = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 i_nt = 0
-                mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                mul1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 # silu, mul: 2 instruction(s), proved
-                t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], op=nl.silu)
                 nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], op=nl.multiply)
                 nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)

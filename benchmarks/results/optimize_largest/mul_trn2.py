@@ -4,7 +4,7 @@ sizes:    m=4096, n=8192
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   mul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
+pass 1:   mul; row tile 128 x block 4, matmul n tile 512, n block whole width, k tile 128, 2 column chunks per row tile
 lowerings: mul (synthesis, proved)
 """
 import nki
@@ -16,15 +16,16 @@ import nki.language as nl
 def mul(x, y):
     DT = x.dtype
     out = nl.ndarray((4096, 8192), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: mul  (rows 128 x 1 per block, n_tile 512, n_block all)
-    for i_rb in nl.affine_range(32):
-        i_r = 0
-        x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192])
-        y_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=y_t[0:128, 0:8192], src=y[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192])
-        mul1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        # mul: 1 instruction(s), proved
-        nisa.tensor_tensor(dst=mul1[0:128, 0:8192], data1=x_t[0:128, 0:8192], data2=y_t[0:128, 0:8192], op=nl.multiply)
-        nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192], src=mul1[0:128, 0:8192])
+    # pass 1: mul  (rows 128 x 4 per block, n_tile 512, n_block all)
+    for i_rb in nl.affine_range(8):
+        for i_r in nl.affine_range(4):
+            for i_c in nl.affine_range(2):
+                x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096])
+                y_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_copy(dst=y_t[0:128, 0:4096], src=y[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096])
+                mul1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+                # mul: 1 instruction(s), proved
+                nisa.tensor_tensor(dst=mul1[0:128, 0:4096], data1=x_t[0:128, 0:4096], data2=y_t[0:128, 0:4096], op=nl.multiply)
+                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096], src=mul1[0:128, 0:4096])
     return out

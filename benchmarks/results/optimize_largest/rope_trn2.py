@@ -4,7 +4,7 @@ sizes:    m=4096, h=4096
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 2, matmul n tile 512, n block whole width, k tile 128
+pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
 lowerings: add (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved)
 """
 import nki
@@ -17,26 +17,26 @@ def rope(x, cos, sin):
     DT = x.dtype
     out0 = nl.ndarray((4096, 4096), dtype=DT, buffer=nl.shared_hbm)
     out1 = nl.ndarray((4096, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 2 per block, n_tile 512, n_block all)
-    for i_rb in nl.affine_range(16):
-        for i_r in nl.affine_range(2):
-            x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:8192])
-            cos_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=cos_t[0:128, 0:4096], src=cos[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:4096])
-            sin_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=sin_t[0:128, 0:4096], src=sin[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:4096])
-            sub1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            # mul, mul, sub, mul, mul, add: 6 instruction(s), proved
-            t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply)
-            t1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
-            nisa.tensor_tensor(dst=sub1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.subtract)
-            nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply)
-            nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
-            nisa.tensor_tensor(dst=add1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.add)
-            nisa.dma_copy(dst=out0[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:4096], src=sub1[0:128, 0:4096])
-            nisa.dma_copy(dst=out1[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:4096], src=add1[0:128, 0:4096])
+    # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_rb in nl.affine_range(32):
+        i_r = 0
+        x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192])
+        cos_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=cos_t[0:128, 0:4096], src=cos[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
+        sin_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sin_t[0:128, 0:4096], src=sin[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
+        sub1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        # mul, mul, sub, mul, mul, add: 6 instruction(s), proved
+        t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
+        t1 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply)
+        nisa.tensor_tensor(dst=sub1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.subtract, engine=nisa.engine.gpsimd)
+        nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply)
+        nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
+        nisa.tensor_tensor(dst=add1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.add)
+        nisa.dma_copy(dst=out0[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096], src=sub1[0:128, 0:4096])
+        nisa.dma_copy(dst=out1[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096], src=add1[0:128, 0:4096])
     return out0, out1

@@ -4,7 +4,7 @@ sizes:    m=4096, n=8192
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   silu; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
+pass 1:   silu; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128, 4 column chunks per row tile
 lowerings: silu (synthesis, proved)
 """
 import nki
@@ -19,10 +19,11 @@ def silu(x):
     # pass 1: silu  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_rb in nl.affine_range(32):
         i_r = 0
-        x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192])
-        silu1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        # silu: 1 instruction(s), proved
-        nisa.activation(dst=silu1[0:128, 0:8192], data=x_t[0:128, 0:8192], op=nl.silu)
-        nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192], src=silu1[0:128, 0:8192])
+        for i_c in nl.affine_range(4):
+            x_t = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x_t[0:128, 0:2048], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 2048:i_c * 2048 + 2048])
+            silu1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+            # silu: 1 instruction(s), proved
+            nisa.activation(dst=silu1[0:128, 0:2048], data=x_t[0:128, 0:2048], op=nl.silu)
+            nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 2048:i_c * 2048 + 2048], src=silu1[0:128, 0:2048])
     return out
