@@ -34,45 +34,15 @@ class OpKind(enum.Enum):
     LAYOUT = "layout"
 
 
-class Op(enum.Enum):
-    INPUT = "input"
-    CONST = "const"
-    # element-wise, one per scalar operation
-    ADD = "add"
-    SUB = "sub"
-    MUL = "mul"
-    DIV = "div"
-    MAXIMUM = "maximum"
-    MINIMUM = "minimum"
-    NEG = "neg"
-    EXP = "exp"
-    LOG = "log"
-    SQRT = "sqrt"
-    RSQRT = "rsqrt"
-    RECIPROCAL = "reciprocal"
-    SQUARE = "square"
-    RELU = "relu"
-    SIGMOID = "sigmoid"
-    SILU = "silu"
-    TANH = "tanh"
-    GELU = "gelu"
-    GE = "ge"
-    GT = "gt"
-    LE = "le"
-    LT = "lt"
-    EQ = "eq"
-    WHERE = "where"
-    # the index vector of a dimension (axon.arange)
-    IOTA = "arange"
-    # reductions, scans, contraction, layout
-    REDUCE_SUM = "sum"
-    REDUCE_MAX = "max"
-    CUMSUM = "cumsum"
-    MATMUL = "matmul"
-    TRANSPOSE = "transpose"
-    SLICE = "slice"
-    RESHAPE = "reshape"
-    CONCAT = "concatenate"
+# The operators: leaves, one element-wise operator per scalar operation (named as it is: the scalar
+# table is their one list), and the structural operators.
+Op = enum.Enum("Op", [
+    ("INPUT", "input"), ("CONST", "const"),
+    *[(s.name, s.value) for s in ScalarOp],
+    ("IOTA", "arange"),  # the index vector of a dimension (axon.arange)
+    ("REDUCE_SUM", "sum"), ("REDUCE_MAX", "max"), ("CUMSUM", "cumsum"), ("MATMUL", "matmul"),
+    ("TRANSPOSE", "transpose"), ("SLICE", "slice"), ("RESHAPE", "reshape"), ("CONCAT", "concatenate"),
+], module=__name__, qualname="Op")
 
 
 # --- parameters, one frozen record per operator family ------------------------------------
