@@ -107,13 +107,18 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
 def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype: str, lowerer, rows=None) -> str:
     """The candidate's kernel source; `rows` as in KernelBuilder (a check's kernel on some row blocks)."""
     ops = {n.op.value for p in cand.passes for n in p.group.nodes}
-    if not ops <= set(lowerer.sources):
-        # a first build collects which lowering source served each operator, for the header
+    fixed = None
+    if not ops <= set(lowerer.sources) or cand.options.engines == "balanced":
+        # a first build of the whole kernel collects which lowering source served each operator
+        # (for the header) and its single-engine work (engine placement starts from all of it)
         em = target.emitter(dtype)
         em.sizes = dict(sizes)
         KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options).build(graph_name, [])
+        fixed = getattr(em, "fixed", None)
     em = target.emitter(dtype)
     em.sizes = dict(sizes)
+    if fixed is not None and cand.options.engines == "balanced":
+        em.preload(fixed)
     builder = KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options, rows=rows)
     used = {n.op.value: lowerer.sources.get(n.op.value, "?") for p in cand.passes for n in p.group.nodes}
     return builder.build(graph_name, header_lines(graph_name, target.name, sizes, dtype, cand, used))

@@ -66,6 +66,9 @@ class NkiEmitter:
         self.sizes: dict[str, int] = {}  # binds symbolic constants (a mean's k)
         self.balance = False  # spread tensor_tensor / tensor_scalar / tensor_copy over Vector, GpSimd (and Scalar)
         self.load = {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}  # ns of work placed so far (balance)
+        self.fixed = {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}  # ns of single-engine work (balance)
+        self._fixed_known = False  # `preload`ed: the whole kernel's fixed work is charged already
+        self.trips = 1  # iterations of the loops around the current line (work is charged per run)
         self.wide_dtype = "f32"  # what an f32 tile wider than one column is allocated as ("kernel": DT)
         self._prescanned = False  # inside `program`, whose single-engine load was charged up front
 
@@ -92,25 +95,25 @@ class NkiEmitter:
         """`sequential`: iterations depend on each other (a carried value): nl.sequential_range;
         `scoped`: a loop even for one iteration, so the tiles allocated in it die with it; `only`:
         the iteration values to run, of the `count` (a check's kernel on part of the rows)."""
-        if only is not None:
-            self.line(f"for {var}_k in nl.{'sequential_range' if sequential else 'affine_range'}({len(only)}):")
-            self.depth += 1
-            self.line(f"{var} = {tuple(only)}[{var}_k]  # {len(only)} of {count} iterations")
-            try:
-                yield
-            finally:
-                self.depth -= 1
-            return
-        if count == 1 and not scoped:
-            self.line(f"{var} = 0")
-            yield
-            return
-        self.line(f"for {var} in nl.{'sequential_range' if sequential else 'affine_range'}({count}):")
-        self.depth += 1
+        # placement weighs work by the full loop count, `only` or not: a check's kernel places
+        # every instruction where the kernel it checks does
+        trips = self.trips
+        self.trips = trips * count
         try:
+            if only is not None:
+                self.line(f"for {var}_k in nl.{'sequential_range' if sequential else 'affine_range'}({len(only)}):")
+                self.depth += 1
+                self.line(f"{var} = {tuple(only)}[{var}_k]  # {len(only)} of {count} iterations")
+            elif count == 1 and not scoped:
+                self.line(f"{var} = 0")
+            else:
+                self.line(f"for {var} in nl.{'sequential_range' if sequential else 'affine_range'}({count}):")
+                self.depth += 1
             yield
         finally:
-            self.depth -= 1
+            self.trips = trips
+            if only is not None or count != 1 or scoped:
+                self.depth -= 1
 
     # -- kernel frame -----------------------------------------------------------------------
     def begin(self, name: str, params: list[str], header: list[str]) -> None:
@@ -172,9 +175,16 @@ class NkiEmitter:
     # -- engine placement (balance) -----------------------------------------------------------------
     # tensor_tensor streams at 2 cycles per element except on the Vector Engine with all-bf16
     # add/sub/mul (1 cycle); GpSimd cannot reach PSUM; on NeuronCore-v3 the Scalar Engine runs
-    # tensor_scalar and tensor_copy too [isa]. Placing greedily on the least loaded engine (in ns, at
-    # each engine's clock) approximates the model's per-engine streams (the kernel body is repeated
-    # uniformly, so balancing the text balances every iteration).
+    # tensor_scalar and tensor_copy too [isa]. Each instruction goes to the engine that would be
+    # least loaded with it (in ns, at each engine's clock, times the runs of its loops), after the
+    # whole kernel's single-engine work is charged (`preload`, from a first build): an evacuation
+    # copy printed before the activation of the same rows then already sees that activation.
+
+    def preload(self, fixed: dict) -> None:
+        """Start placement from a kernel's whole single-engine load (`fixed` of a first build)."""
+        self.load = dict(fixed)
+        self.fixed = dict(fixed)
+        self._fixed_known = True
 
     def _width(self, view: str) -> int:
         m = re.match(r"^\w+\[0:\d+, (.+?):(.+)\]$", view)
@@ -194,7 +204,11 @@ class NkiEmitter:
     _DST = re.compile(r"^nisa\.(\w+)\(dst=(\w+\[0:\d+, [^\]]+\])")
 
     def _charge(self, engine: str, cycles: float) -> None:
-        self.load[engine] += (60 + cycles) / self.clocks[engine]
+        if self._fixed_known:
+            return
+        ns = self.trips * (60 + cycles) / self.clocks[engine]
+        self.load[engine] += ns
+        self.fixed[engine] += ns
 
     def _note_fixed(self, text: str) -> None:
         if self._prescanned:
@@ -222,10 +236,11 @@ class NkiEmitter:
             per = {"vector": 1.0, "gpsimd": 1.0, **({"scalar": 1.0} if self.scalar_copies else {})}
         if psum:
             per.pop("gpsimd")  # GpSimd cannot reach PSUM
-        cost = {e: (60 + per[e] * width) / self.clocks[e] for e in per}
+        cost = {e: self.trips * (60 + per[e] * width) / self.clocks[e] for e in per}
         best = min(per, key=lambda e: (self.load[e] + cost[e], e != "vector"))
         self.load[best] += cost[best]
-        return "" if best == "vector" else f", engine=nisa.engine.{best}"
+        # the compiler puts an engine-less PSUM read on ScalarE (an evacuation), so say Vector
+        return "" if best == "vector" and not psum else f", engine=nisa.engine.{best}"
 
     def broadcast_vector(self, dst: str, src: str, n: int, partitions: int) -> None:
         """dst[P, n] = src[n] on every partition: ones[1, P]^T @ src[1, n] on the Tensor Engine."""
@@ -244,9 +259,10 @@ class NkiEmitter:
             with self.loop("i_c", count):
                 acc = self.fresh("bc")
                 self.line(f"{acc} = nl.ndarray(({partitions}, {width}), dtype=nl.float32, buffer=nl.psum)")
+                self.tile_mem[acc], self.tile_dtype[acc] = "psum", "f32"
                 self.line(f"nisa.memset(dst={acc}, value=0.0)")
                 self.line(f"nisa.nc_matmul(dst={acc}, stationary={one}, moving={row}[0:1, {c0}:{c0} + {width}])")
-                self.line(f"nisa.tensor_copy(dst={dst}[0:{partitions}, {c0}:{c0} + {width}], src={acc})")
+                self.copy(f"{dst}[0:{partitions}, {c0}:{c0} + {width}]", acc)
 
     def transpose_into(self, dst_tile: str, src: str, partitions: int, k: int, count: int, layout: str,
                        base: str, stride: int | None = None) -> None:
@@ -265,13 +281,14 @@ class NkiEmitter:
         with self.loop("i_q", count // group):
             tp = self.fresh("tp")
             self.line(f"{tp} = nl.ndarray(({k}, {group * partitions}), dtype={_DTYPE[dt]}, buffer=nl.psum)")
+            self.tile_mem[tp], self.tile_dtype[tp] = "psum", dt
             for u in range(group):
                 c = f"{src_c0}i_q * {group * k} + {u * k}" if group > 1 else f"{src_c0}i_q * {k}"
                 c = c.replace(" + 0", "")
                 self.line(f"nisa.nc_transpose(dst={tp}[0:{k}, {u * partitions}:{(u + 1) * partitions}], "
                           f"data={src_tile}[0:{partitions}, {c}:{c} + {k}])")
             d0 = f"{base} + i_q * {group * step}" if count // group > 1 else base
-            self.line(f"nisa.tensor_copy(dst={dst_tile}[0:{k}, {d0}:{d0} + {group * partitions}], src={tp})")
+            self.copy(f"{dst_tile}[0:{k}, {d0}:{d0} + {group * partitions}]", tp)
 
     def _split(self, view: str) -> tuple[str, str]:
         """'t[0:P, a:b]' -> ('t', 'a + ') so block offsets can be added to the view's start."""
