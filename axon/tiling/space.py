@@ -80,7 +80,9 @@ class Tiling:
         return n if self.n_block == 0 or self.n_block > n else self.n_block
 
     def n_tile_for(self, n: int) -> int:
-        return min(self.n_tile, n)
+        """Columns per matmul instruction for a matmul n wide: the widest divisor of n within n_tile
+        (a pass's matmuls differ in width; each gets its own widest tile)."""
+        return _divisor_at_most(n, self.n_tile)
 
 
 DEFAULT_ROW_BLOCKS = (1, 2, 4, 8)
@@ -190,8 +192,9 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
     fits, rejected = [], []
     seen = set()
     splits = col_splits(world, group, sizes) if not dims["N"] else [1]
-    # the bank-wide n tile first; narrower ones only when nothing fits with it
-    widths = n_tiles[:1] + [w for w in NARROW_N_TILES if w < n_tiles[0] and all(n % w == 0 for n in dims["N"])]
+    # the bank-wide n tile first (each matmul of the pass then takes its widest divisor of it);
+    # narrower ones only when nothing fits with it
+    widths = n_tiles[-1:] + [w for w in NARROW_N_TILES if w < n_tiles[-1] and all(n % w == 0 for n in dims["N"])]
     for nt in (widths if dims["N"] else n_tiles[:1]):
         if fits:
             break
