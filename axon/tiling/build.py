@@ -211,7 +211,11 @@ class KernelBuilder:
                     if x in phase_of and phase_of[x] < i and not (n.op is Op.MATMUL and x is n.inputs[0]):
                         later[x] = True
         ctx = []
+        shared_from = self._weights_shared_from(phs, t, members)
+        self.shared_weights = {}
         for j, size in enumerate(w.batch):
+            if j == shared_from:
+                self._load_shared_weights(phs, t)
             ctx.append(em.loop(f"i_b{j}", self.c(size)))
             ctx[-1].__enter__()
         # a pass's tiles die with it: a one-block pass of several is still a (one-iteration) loop
@@ -235,6 +239,37 @@ class KernelBuilder:
                     self.matmul_phase(ph, t, rows0, block, trans, members, consumers, owner, pi)
         for c in reversed(ctx):
             c.__exit__(None, None, None)
+
+    def _weights_shared_from(self, phs, t: Tiling, members) -> int:
+        """The first batch loop none of the pass's matmul weights varies over (len(batch): none),
+        when every weight is an HBM value loaded whole (all of K, one block of N): the weight
+        blocks are then loaded once, outside those loops, and shared by their iterations (the kv
+        head's K and V, shared by the query heads of its group)."""
+        wb = self.w.batch
+        mms = [mm for ph in phs if ph.kind != "row" for mm in ph.matmuls]
+        if not mms:
+            return len(wb)
+        first = 0
+        for mm in mms:
+            B = mm.inputs[1]
+            src = view_source(B) if self.w.roles.get(B) == "view" else B
+            K, N = self.cols(mm.inputs[0]), self.cols(mm)
+            if src in members or src not in self.hbm or t.k_block_for(K) < K or t.n_block_for(N) < N:
+                return len(wb)
+            nb = src.rank - 2
+            varies = [len(wb) - nb + j for j in range(nb) if self.c(src.shape[j]) != 1]
+            first = max([first] + [j + 1 for j in varies])
+        return first
+
+    def _load_shared_weights(self, phs, t: Tiling) -> None:
+        em = self.em
+        for ph in phs:
+            if ph.kind == "row":
+                continue
+            K = self.cols(ph.matmuls[0].inputs[0])
+            with em.loop("i_nb", 1):
+                for mm in ph.matmuls:
+                    self.shared_weights[mm] = self._weight_piece(mm, K, t.k_tile, self.cols(mm), None, t.row_tile)
 
     def _blocks(self, block_rows: int):
         """The row blocks of `block_rows` rows a check's kernel runs (None: all of them)."""
@@ -578,7 +613,8 @@ class KernelBuilder:
             return self._matmul_streamed(ph, t, tile, layout, K, N, NB, NT, KB, rows0, block, trans, members,
                                          consumers, owner, pi)
         with em.loop("i_nb", N // NB):
-            wblk = {mm: self._weight_piece(mm, K, KT, NB, None, P) for mm in ph.matmuls}
+            wblk = {mm: self.shared_weights.get(mm) or self._weight_piece(mm, K, KT, NB, None, P)
+                    for mm in ph.matmuls}
             with em.loop("i_r", BM):
                 rows = _ex(rows0, ("i_r", P))
                 packs = self._packs(ph, NB, P, consumers, owner, pi)

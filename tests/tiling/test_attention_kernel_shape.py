@@ -1,0 +1,71 @@
+"""The shape of attention kernels: each matmul of a pass gets its own widest tile, a kv head's K and
+V are loaded once for the query heads of its group, and engine placement weighs work by how often
+it runs. Each kernel still matches the reference."""
+from axon.fusion.nodes import RowWorld, groups
+from axon.search.candidates import Counts, enumerate_candidates
+from axon.search.lowering import Lowerer
+from axon.search.select import compare
+from axon.semantics.bounds import kernel_reference
+from axon.suite import SUITE
+from axon.targets.trainium.emitter import NkiEmitter
+from axon.targets.trainium.target import TrainiumTarget
+from axon.tiling.space import Tiling, enumerate_tilings
+
+TARGET = TrainiumTarget("trn2")
+GQA_SMALL = {"kv": 2, "g": 2, "s": 128, "t": 256, "d": 64}
+
+
+def _gqa_candidates(sizes):
+    b = SUITE["gqa"]
+    return enumerate_candidates("gqa", [(b.program.graph, ())], sizes, TARGET, "bfloat16", Lowerer(TARGET), Counts())
+
+
+def test_each_matmul_takes_its_widest_divisor_of_the_n_tile():
+    t = Tiling(row_tile=128, row_block=1, n_tile=512, n_block=0, k_tile=128)
+    assert [t.n_tile_for(n) for n in (2048, 128, 640, 384)] == [512, 128, 320, 384]
+
+
+def test_attention_pass_tiles_the_scores_bank_wide():
+    w = RowWorld.of(SUITE["gqa"].program.graph)
+    (g,) = groups(w, "fused")
+    fits, _ = enumerate_tilings(w, g, {"kv": 8, "g": 4, "s": 512, "t": 2048, "d": 128}, TARGET.limits())
+    assert fits and {t.n_tile for t in fits} == {512}  # scores 512 wide; P @ V (d = 128) 128 wide
+
+
+def test_kv_blocks_are_loaded_once_per_kv_head_and_the_kernels_match():
+    fused = [c for c in _gqa_candidates(GQA_SMALL) if len(c.passes) == 1]
+    assert fused
+    b = SUITE["gqa"]
+    inputs = b.program.random_inputs(GQA_SMALL, "bfloat16", seed=3)
+    want, tol = kernel_reference(b.program.graph, inputs, "bfloat16")
+    for cand in fused[:3]:
+        body = cand.source.split("@nki.jit", 1)[1]
+        heads = body.index("for i_b1 in")
+        assert body.index("src=k[i_b0, 0,") < heads and body.index("src=v[i_b0, 0,") < heads
+        m = TARGET.run(cand.source, inputs, timing_only=False)
+        assert compare(m.outputs, want, tol).ok, cand.describe()
+
+
+def test_balanced_psum_copies_name_their_engine():
+    # an engine-less copy out of PSUM runs where the compiler puts it (ScalarE), not where
+    # placement counted it
+    for cand in _gqa_candidates(GQA_SMALL)[:20]:
+        psum = {line.split(" = ", 1)[0].strip() for line in cand.source.splitlines() if "buffer=nl.psum" in line}
+        for line in cand.source.splitlines():
+            if "nisa.tensor_copy(" in line and line.split("src=", 1)[1].split("[", 1)[0].rstrip(")") in psum:
+                assert "engine=" in line, line
+
+
+def test_placement_weighs_work_by_its_loop_runs():
+    em = NkiEmitter("bfloat16", scalar_copies=True)
+    em.balance = True
+    em.preload({"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0})
+    acc = em.alloc("acc", 128, 512, "accum")
+    sb = em.alloc("s", 128, 512, "kernel")
+    with em.loop("i_n", 16):
+        em.copy(f"{sb}[0:128, 0:512]", f"{acc}[0:128, 0:512]")  # 16 runs on one engine
+    em.copy(f"{sb}[0:128, 0:512]", f"{acc}[0:128, 0:512]")
+    # the second copy goes to the other engine: the first weighs 16 copies, not one
+    first, second = [line for line in em.lines if "tensor_copy" in line]
+    assert first.split("engine=")[1] != second.split("engine=")[1]
+    assert em.load["vector"] > 10 * em.load["scalar"] or em.load["scalar"] > 10 * em.load["vector"]
