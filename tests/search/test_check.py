@@ -101,3 +101,20 @@ def test_optimize_checks_row_blocks_over_the_budget_and_says_which(monkeypatch, 
     assert "PART of the rows" in r.check and "the first, the last" in r.check
     assert r.checked["tolerance"]["method"] == "program" and r.checked["max_err_over_bound"] <= 1
     assert r.to_json()["best"]["checked"] == r.checked
+
+
+def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bounds(monkeypatch):
+    import axon.search.check as chk
+
+    gqa = SUITE["gqa"].program
+    sizes = {"kv": 3, "g": 2, "s": 16, "t": 32, "d": 8}
+    data = gqa.random_inputs(sizes, "bfloat16", seed=5)
+    whole, tol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
+    assert chk._batch_axis(gqa.graph, data, sizes) == ("kv", {"q", "k", "v"})
+    monkeypatch.setattr(chk, "REFERENCE_ELEMENTS", 2 * 16 * 32)  # one kv head's logits at a time
+    parts, ptol = chk._reference(gqa.graph, data, "bfloat16", None, sizes)
+    for a, b in zip(whole + tol.bounds, parts + ptol.bounds):
+        np.testing.assert_array_equal(a, b)
+    assert ptol.reduction == tol.reduction
+    # an input that varies along axis 0 under another symbol cannot be sliced with the rest
+    assert chk._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
