@@ -21,8 +21,8 @@ from axon.fusion.nodes import FUSION_MODES, RowWorld, groups
 from axon.ir import Graph
 from axon.semantics.ops import Op
 from axon.tiling.build import KernelBuilder, Options, Pass
-from axon.tiling.packing import pack_factors, pack_rows, packed_sizes
-from axon.tiling.space import check, default_tiling, enumerate_tilings
+from axon.tiling.packing import fold_heads, pack_factors, pack_rows, packed_sizes
+from axon.tiling.space import check, concrete, default_tiling, enumerate_tilings
 
 
 @dataclass
@@ -57,6 +57,7 @@ class Candidate:
                           + (f", weights streamed in K pieces of <= {p.tiling.k_block}" if p.tiling.k_block else "")
                           for i, p in enumerate(self.passes))
         packed = f", rows packed {self.options.packed} per partition" if self.options.packed > 1 else ""
+        packed += f", {self.options.fold} heads folded into the rows" if self.options.fold else ""
         return f"variant {self.variant}, {self.fusion}, stationary via {self.options.stationary}{packed}, {tiles}"
 
 
@@ -88,6 +89,8 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
     layout = ([f"stationary operands transposed by {cand.options.stationary}"] if any(_has_matmul(p) for p in cand.passes)
               else []) + ([f"rows packed {cand.options.packed} per partition ([m/{cand.options.packed}, "
                            f"{cand.options.packed}*c] views of the HBM tensors)"] if cand.options.packed > 1 else [])
+    if cand.options.fold:
+        layout.append(f"{cand.options.fold} heads folded into the rows ([.., 1, h*s, c] views of the row tensors)")
     if layout:
         lines.append("layout:   " + "; ".join(layout))
     for i, p in enumerate(cand.passes):
@@ -168,7 +171,9 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
         # rows packed several per partition (tiling.packing): a layout of its own, where it applies
         worlds = [(world, 1, sizes)] + [packed_world(graph, g, sizes)
                                         for g in pack_factors(graph, sizes, limits.partitions)]
-        for world, packed, wsizes in worlds:
+        fold = fold_factor(graph, world, sizes, limits.partitions)
+        worlds = [(w, p, ws, 0) for w, p, ws in worlds] + ([(*packed_world(graph, 1, sizes, fold), fold)] if fold else [])
+        for world, packed, wsizes, fold in worlds:
             layouts = []
             for mode in modes:
                 try:
@@ -201,7 +206,7 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                             fresh = [_candidate(name, target, world, wsizes, dtype, lowerer, counts, seen,
                                                 Candidate(vi, rewrites, mode,
                                                           Options(stationary=stationary, engines=engines, lowering=alt,
-                                                                  precision=precision, packed=packed),
+                                                                  precision=precision, packed=packed, fold=fold),
                                                           tuple(Pass(g, t) for g, t in zip(gs, combo))))
                                      for precision in precisions]
                             out.extend(c for c in fresh if c is not None)
@@ -212,12 +217,23 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
     return out
 
 
-def packed_world(graph: Graph, g: int, sizes) -> tuple[RowWorld, int, dict]:
-    """(world, g, sizes) of `graph` with its rows packed g per partition (g = 1: as written)."""
+def packed_world(graph: Graph, g: int, sizes, fold: int = 0) -> tuple[RowWorld, int, dict]:
+    """(world, g, sizes) of `graph` with its rows packed g per partition (g = 1: as written), or
+    with its heads folded into the rows (`fold`: Options.fold)."""
+    if fold:
+        return RowWorld.of(fold_heads(graph)), 1, dict(sizes)
     if g == 1:
         return RowWorld.of(graph), 1, dict(sizes)
     packed_graph, symbols = pack_rows(graph, g)
     return RowWorld.of(packed_graph), g, packed_sizes(symbols, sizes)
+
+
+def fold_factor(graph: Graph, world: RowWorld, sizes, partitions: int) -> int:
+    """Heads worth folding into the rows (Options.fold): where the rows of one head fill less than
+    the partitions (decode attention) and the program folds; 0 otherwise."""
+    if not world.batch or concrete(world.row, sizes) >= partitions or fold_heads(graph) is None:
+        return 0
+    return concrete(world.batch[-1], sizes)
 
 
 def _candidate(name, target, world, sizes, dtype, lowerer, counts: Counts, seen: set, cand: Candidate):

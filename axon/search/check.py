@@ -64,7 +64,7 @@ def plan_rows(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: flo
               budget: float) -> Optional[CheckedRows]:
     """None when the whole case fits the budget of multiply-adds (or has a single block); else the
     row blocks to check: evenly spread, first and last included, as many as the budget allows."""
-    if macs <= budget:
+    if macs <= budget or cand.options.fold:  # folded heads: rows of one head are not contiguous
         return None
     dim = _row_symbol(graph)
     world, g, wsizes = packed_world(graph, cand.options.packed, sizes)
@@ -148,6 +148,10 @@ def _batch_axis(graph: Graph, arrays, binding) -> Optional[tuple[str, set]]:
     return (dim, ins) if ins and all(k in arrays for k in ins) else None
 
 
+def _shape(node, binding) -> tuple[int, ...]:
+    return tuple(d.evaluate_int(binding) for d in node.shape)
+
+
 def _symbol(size) -> Optional[str]:
     terms = size.terms
     if len(terms) == 1 and len(terms[0][0]) == 1 and terms[0][1] == 1:
@@ -159,20 +163,21 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
           data: Mapping[str, np.ndarray], rows: Optional[CheckedRows]) -> Check:
     """Run `cand` (its kernel, or its kernel on `rows` only) on `data` against the reference of
     `graph` (the variant it implements) under the bounds of its own precision model."""
-    world, g, wsizes = packed_world(graph, cand.options.packed, sizes)
+    world, g, wsizes = packed_world(graph, cand.options.packed, sizes, cand.options.fold)
     narrow = narrow_values(cand.passes, cand.options)
     row = RowWorld.of(graph).row
     in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
     out_axes = [_row_axis(o.shape, row) for o in graph.outputs]
     ref_in = dict(data) if rows is None else {k: _take(v, in_axes[k], rows) for k, v in data.items()}
     # the reference's sizes: the checked rows, and the packed views' symbols over them
-    _, _, binding = packed_world(graph, g, sizes if rows is None else {**sizes, rows.dim: rows.checked})
-    if g > 1:  # the packed graph computes on [m/g, g*c] views of the same rows
-        ref_in = {k: v.reshape(v.shape[0] // g, -1) for k, v in ref_in.items()}
+    osizes = sizes if rows is None else {**sizes, rows.dim: rows.checked}
+    _, _, binding = packed_world(graph, g, osizes, cand.options.fold)
+    # a packed or folded graph computes on views of the same tensors ([m/g, g*c]; [.., 1, h*s, c])
+    ref_in = {n.params.name: ref_in[n.params.name].reshape(_shape(n, binding)) for n in world.graph.inputs}
     want, tol = _reference(world.graph, ref_in, dtype, narrow, binding)
-    if g > 1:
-        want = tuple(w.reshape(w.shape[0] * g, -1) for w in want)
-        tol = tol.reshaped([w.shape for w in want])
+    shapes = [_shape(o, osizes) for o in graph.outputs]
+    want = tuple(w.reshape(sh) for w, sh in zip(want, shapes))
+    tol = tol.reshaped(shapes)
     source = cand.source
     outputs_of = None
     if rows is not None:

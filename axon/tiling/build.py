@@ -54,6 +54,8 @@ class Options:
     # (narrow_values), so it is accepted when correct, and reports how much wider its bound is
     precision: str = "f32"
     packed: int = 1  # rows per partition (tiling.packing): the passes see [m/g, g*c] views of HBM
+    fold: int = 0  # heads folded into the rows (tiling.packing.fold_heads): the passes see
+    # [.., 1, h*s, c] views of the [.., h, s, c] row tensors; 0: not folded
 
 
 def narrow_values(passes, options: Options) -> frozenset:
@@ -147,6 +149,8 @@ class KernelBuilder:
             shape = [self.c(s) for s in o.shape]
             if self.opt.packed > 1:  # the caller's tensor is [m, c]; the passes write its [m/g, g*c] view
                 shape = [shape[0] * self.opt.packed, shape[1] // self.opt.packed]
+            if self.opt.fold:  # the caller's [.., h, s, c]; the passes write its [.., 1, h*s, c] view
+                shape = shape[:-3] + [self.opt.fold, shape[-2] // self.opt.fold, shape[-1]]
             em.hbm(oname, shape, "kernel", output=True)
             src = o.inputs[0] if (o.op is Op.TRANSPOSE and self.w.roles[o] == "row") else o
             self.outputs[src] = (self._packed_view(oname, o), src is not o)
@@ -349,8 +353,9 @@ class KernelBuilder:
         return self.hbm.get(src, "v").split(".", 1)[0]
 
     def _packed_view(self, name: str, node: Node) -> str:
-        """An HBM tensor as the passes address it: itself, or its [m/g, g*c] view (Options.packed)."""
-        if self.opt.packed == 1:
+        """An HBM tensor as the passes address it: itself, its [m/g, g*c] view (Options.packed) or,
+        for a row tensor, its [.., 1, h*s, c] view (Options.fold)."""
+        if self.opt.packed == 1 and not (self.opt.fold and self.w.roles.get(node) == "row"):
             return name
         return f"{name}.reshape(({', '.join(str(self.c(s)) for s in node.shape)}))"
 
@@ -639,8 +644,9 @@ class KernelBuilder:
         wt = em.alloc("w", KT, (rows // KT) * NB, "kernel")
         if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE:
             src = view_source(B)  # [.., N, K]: rows of src are output columns
-            with em.loop("i_j", NB // P if NB >= P else 1):
-                jn = min(P, NB)
+            # weight rows per transpose: up to a contraction tile's partitions, even for a short row tile
+            jn = next(d for d in range(min(max(P, KT), NB), 0, -1) if NB % d == 0)
+            with em.loop("i_j", NB // jn):
                 rt = em.alloc("wrows", jn, rows, "kernel")
                 em.dma(em.view(rt, jn, "0", rows), self._ref_rows_cols(src, _ex(("i_nb", NB), ("i_j", jn)), jn, r0, rows))
                 em.transpose_into(wt, em.view(rt, jn, "0", rows), jn, KT, rows // KT, "k", _ex(("i_j", jn)), stride=NB)

@@ -12,12 +12,20 @@ wide when rows are short (RoPE with 64-pair heads moves 256-byte rows otherwise)
 `pack_rows(graph, g)` gives the graph over the views (its row count a fresh symbol, since m/g is
 not a size at every m) and that symbol, or None when the program is not of that kind;
 `pack_factors` the factors worth trying at concrete sizes.
+
+Head folding is the same idea one level up: in attention with grouped query heads, q and the
+output are [.., h, s, d] and K and V are the same for every h (size 1 on that axis). Row i of head
+j does exactly what row j*s + i of one [.., 1, h*s, d] tensor would, since every operator is
+row-local or a matmul whose right operand does not depend on h; `fold_heads(graph)` gives the
+graph over those views (free reshapes of the HBM tensors), so decode attention's few query rows
+per head fill the partitions together, against one load of each kv head.
 """
 from __future__ import annotations
 
 from fractions import Fraction
 from typing import Mapping, Optional
 
+from axon.errors import AxonError
 from axon.ir import Graph, Node, input_node, make_node, toposort
 from axon.semantics.ops import OP_SPECS, Op, OpKind
 from axon.semantics.sizes import Size
@@ -95,3 +103,59 @@ def pack_factors(graph: Graph, sizes: Mapping[str, int], partitions: int) -> lis
         if n.op is Op.SLICE and n.inputs[0].shape[1].evaluate_int(sizes) % n.params.slices[1][2]:
             return []
     return [g for g in (m // partitions, m // (2 * partitions)) if g > 1 and m % (g * partitions) == 0]
+
+
+def fold_heads(graph: Graph) -> Optional[Graph]:
+    """The graph over [.., 1, h*s, c] views of its row tensors, h the innermost batch axis, or None
+    when some value is not the same for every h (besides the row tensors), an operator is not
+    row-local (element-wise, reduction or scan along the last axis, a matmul whose right operand
+    is not folded), or an output is stored transposed."""
+    from axon.fusion.nodes import RowWorld
+
+    try:
+        world = RowWorld.of(graph)
+    except AxonError:
+        return None
+    ONE = Size.of(1)
+    if not world.batch or world.batch[-1] == ONE:
+        return None
+    rank, h = len(world.batch) + 2, world.batch[-1]
+    j = rank - 3
+    folded: dict[Node, Node] = {}
+    changed: set[Node] = set()
+    for n in toposort(graph.outputs):
+        full = n.rank == rank
+        if n.op is Op.INPUT:
+            if full and world.roles[n] == "row" and n.shape[j] == h:
+                folded[n] = input_node(n.params.name, n.shape[:j] + (ONE, h * world.row, n.shape[-1]))
+                changed.add(n)
+            elif full and n.shape[j] != ONE:
+                return None  # varies with h without being a row tensor
+            else:
+                folded[n] = n
+            continue
+        if not _folds(n, changed, rank):
+            return None
+        try:
+            folded[n] = make_node(n.op, [folded[x] for x in n.inputs], n.params)
+        except AxonError:
+            return None  # e.g. a row tensor that broadcasts over h
+        if any(x in changed for x in n.inputs):
+            changed.add(n)
+    if not all(o in changed and o.rank == rank for o in graph.outputs):
+        return None
+    return Graph(tuple(folded[n] for n in graph.inputs), tuple(folded[n] for n in graph.outputs),
+                 graph.constraints)
+
+
+def _folds(n: Node, changed: set, rank: int) -> bool:
+    kind = OP_SPECS[n.op].kind
+    if not any(x in changed for x in n.inputs):
+        return True  # the same for every h: unchanged
+    if kind is OpKind.ELEMENTWISE:
+        return True
+    if kind in (OpKind.REDUCE, OpKind.SCAN):
+        return n.inputs[0].rank == rank and n.params.axis == rank - 1
+    if n.op is Op.MATMUL:
+        return n.inputs[1] not in changed
+    return False

@@ -1,6 +1,8 @@
 """The shape of attention kernels: each matmul of a pass gets its own widest tile, a kv head's K and
 V are loaded once for the query heads of its group, and engine placement weighs work by how often
 it runs. Each kernel still matches the reference."""
+import numpy as np
+
 from axon.fusion.nodes import RowWorld, groups
 from axon.search.candidates import Counts, enumerate_candidates
 from axon.search.lowering import Lowerer
@@ -69,3 +71,42 @@ def test_placement_weighs_work_by_its_loop_runs():
     first, second = [line for line in em.lines if "tensor_copy" in line]
     assert first.split("engine=")[1] != second.split("engine=")[1]
     assert em.load["vector"] > 10 * em.load["scalar"] or em.load["scalar"] > 10 * em.load["vector"]
+
+
+def test_query_heads_fold_into_the_rows_where_kv_is_shared():
+    from axon.frontend.program import program
+    from axon.semantics.sizes import Size
+    from axon.tiling.packing import fold_heads
+
+    folded = fold_heads(SUITE["gqa"].program.graph)
+    q, k, v = folded.inputs
+    assert q.shape == (Size.of("kv"), Size.of(1), Size.of("g") * Size.of("s"), Size.of("d"))
+    assert k.shape == SUITE["gqa"].program.graph.inputs[1].shape  # one load per kv head
+    assert folded.outputs[0].shape == q.shape
+
+    @program(a=("b", "h", "m", "k"), w=("b", "h", "k", "n"))
+    def per_head_weights(a, w):  # each head has its own weights: its rows cannot share a matmul
+        return a @ w
+
+    assert fold_heads(per_head_weights.graph) is None
+
+
+def test_decode_folds_its_heads_and_the_check_sees_the_callers_shapes():
+    from axon.search.check import check
+    from axon.search.lowering import Lowerer as L
+
+    sizes = {"kv": 2, "g": 4, "s": 8, "t": 256, "d": 64}  # 8 query rows per head: 32 per kv head
+    b = SUITE["gqa"]
+    lowerer = L(TARGET)
+    cands = enumerate_candidates("gqa", [(b.program.graph, ())], sizes, TARGET, "bfloat16", lowerer, Counts())
+    folded = [c for c in cands if c.options.fold == 4]
+    assert folded and all(c.passes[0].tiling.row_tile == 32 for c in folded)
+    cand = folded[0]
+    assert "out = nl.ndarray((2, 4, 8, 64)" in cand.source and "q.reshape((2, 1, 32, 64))" in cand.source
+    data = b.program.random_inputs(sizes, "bfloat16", seed=7)
+    assert check(TARGET, "gqa", b.program.graph, cand, sizes, "bfloat16", lowerer, data, None).ok
+    # its outputs are in the caller's layout: with two heads' rows swapped they fail
+    out = TARGET.run(cand.source, data, timing_only=False).outputs[0]
+    want, tol = kernel_reference(b.program.graph, data, "bfloat16")
+    assert compare([out], want, tol).ok
+    assert not compare([np.asarray(out)[:, [1, 0, 2, 3]]], want, tol).ok
