@@ -1,4 +1,5 @@
-"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite") as axon programs with shape cases.
+"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite"), and scaled attention, as axon
+programs with shape cases.
 
 Every benchmark has: `small` (CI-sized), `quick` (the representative case of the quick grid),
 a sweep grid (25 shapes for single operators, 27 for MatMul-family kernels, sizes 128 to 8192),
@@ -7,7 +8,11 @@ Decisions where the paper is silent: rmsnorm and layernorm carry a learned scale
 bias) over the last axis; the norm inside rmsnorm_matmul has none (it is folded into W, as
 deployed models do); eps = 1e-6; RoPE returns the even and odd halves as two outputs; gqa is
 softmax(q k^T) v without a 1/sqrt(d) scale, as the suite defines it, with query heads grouped
-as (kv heads, group) sharing each kv head by broadcasting.
+as (kv heads, group) sharing each kv head by broadcasting; its cases include prefill and decode
+(1 to 16 query rows per head against up to 32768 keys) at Llama-3 head counts. `attention` is
+the same with the 1/sqrt(d) scale of deployed models, at their head dim d = 128 (a literal: the
+scale is a number). rmsnorm_matmul's `*_qkv` cases are RMSNorm followed by Llama-3's fused QKV
+projection (n = (heads + 2 kv heads) x 128).
 """
 from __future__ import annotations
 
@@ -146,6 +151,14 @@ def gqa(q, k, v):
     return _softmax(q @ k.transpose(0, 1, 3, 2)) @ v
 
 
+HEAD_DIM = 128  # Llama-3 8B and 70B
+
+
+@program(q=("kv", "g", "s", HEAD_DIM), k=("kv", 1, "t", HEAD_DIM), v=("kv", 1, "t", HEAD_DIM))
+def attention(q, k, v):
+    return _softmax((q @ k.transpose(0, 1, 3, 2)) * HEAD_DIM ** -0.5) @ v
+
+
 # --- shape cases ---------------------------------------------------------------------------
 def _grid(**axes) -> dict[str, dict[str, int]]:
     names = list(axes)
@@ -165,6 +178,9 @@ MATMUL = {"small": {"m": 128, "k": 256, "n": 512}, "quick": {"m": 1024, "k": 409
           "llama3_8b_attn_proj": {"m": 2048, "k": 4096, "n": 4096},
           "llama3_8b_mlp_up": {"m": 2048, "k": 4096, "n": 14336},
           "llama3_70b_mlp_up": {"m": 2048, "k": 8192, "n": 28672}}
+# RMSNorm + the fused QKV projection: n = (query heads + 2 kv heads) x head dim
+NORM_MATMUL = {**MATMUL, "llama3_8b_qkv": {"m": 2048, "k": 4096, "n": (32 + 2 * 8) * 128},
+               "llama3_70b_qkv": {"m": 2048, "k": 8192, "n": (64 + 2 * 8) * 128}}
 GATED = {"small": {"m": 128, "k": 256, "n": 512}, "quick": {"m": 1024, "k": 2048, "n": 4096},
          **_grid(m=(128, 1024, 4096), k=(1024, 4096, 8192), n=(1024, 4096, 8192)),
          "llama3_8b": {"m": 2048, "k": 4096, "n": 14336}, "llama3_70b": {"m": 2048, "k": 8192, "n": 28672}}
@@ -172,7 +188,16 @@ HEADS = {"llama3_8b": {"kv": 8, "g": 4}, "llama3_70b": {"kv": 8, "g": 8}, "small
 GQA = {"small": {"kv": 2, "g": 2, "s": 128, "t": 128, "d": 64},
        "quick": {"kv": 8, "g": 4, "s": 512, "t": 2048, "d": 128},
        **{f"{model}_s{s}_t{t}": {**heads, "s": s, "t": t, "d": 128}
-          for model, heads in HEADS.items() for s in (128, 512, 2048) for t in (512, 2048, 8192)}}
+          for model, heads in HEADS.items() for s in (128, 512, 2048) for t in (512, 2048, 8192)},
+       # decode: a few new query rows per head against the whole context
+       **{f"{model}_decode_s{s}_t{t}": {**HEADS[model], "s": s, "t": t, "d": d}
+          for model, d in (("llama3_8b", 128), ("llama3_70b", 128), ("small_model", 64))
+          for s in (1, 4, 16) for t in (4096, 32768)}}
+ATTENTION = {"small": {"kv": 2, "g": 2, "s": 128, "t": 128}, "quick": {"kv": 8, "g": 4, "s": 512, "t": 2048},
+             "llama3_8b_s4096": {**HEADS["llama3_8b"], "s": 4096, "t": 4096},
+             "llama3_70b_s2048": {**HEADS["llama3_70b"], "s": 2048, "t": 2048},
+             **{f"{model}_decode_s{s}_t{t}": {**HEADS[model], "s": s, "t": t}
+                for model in ("llama3_8b", "llama3_70b") for s in (1, 16) for t in (4096, 32768)}}
 
 SUITE: dict[str, Benchmark] = {
     b.name: b
@@ -190,13 +215,14 @@ SUITE: dict[str, Benchmark] = {
         Benchmark("matmul_transpose", "multi", matmul_transpose, MATMUL),
         Benchmark("relu_matmul", "multi", relu_matmul, MATMUL),
         Benchmark("silu_matmul", "multi", silu_matmul, MATMUL),
-        Benchmark("rmsnorm_matmul", "multi", rmsnorm_matmul, MATMUL),
+        Benchmark("rmsnorm_matmul", "multi", rmsnorm_matmul, NORM_MATMUL),
         Benchmark("softmax_matmul", "multi", softmax_matmul, MATMUL),
         Benchmark("reduce_mul_matmul", "multi", reduce_mul_matmul, MATMUL),
         Benchmark("reduce_div_matmul", "multi", reduce_div_matmul, MATMUL),
         Benchmark("gated_projection", "multi", gated_projection, GATED),
         Benchmark("gated_mlp", "multi", gated_mlp, GATED),
         Benchmark("gqa", "multi", gqa, GQA),
+        Benchmark("attention", "multi", attention, ATTENTION),
     ]
 }
 

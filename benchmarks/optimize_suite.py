@@ -1,4 +1,4 @@
-"""Run `axon optimize` over the 20 benchmarks at one shape case and tabulate the results.
+"""Run `axon optimize` over the suite's benchmarks at one shape case and tabulate the results.
 
     python benchmarks/optimize_suite.py --case quick [--target trn2] [--only a,b]
     python benchmarks/optimize_suite.py --case largest   # each benchmark's largest case (120 s goal)

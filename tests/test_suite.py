@@ -43,6 +43,7 @@ INDEPENDENT = {
     "gated_projection": lambda x, w1, w2: np_silu(x @ w1) * (x @ w2),
     "gated_mlp": lambda x, w1, w2, w3: (np_silu(x @ w1) * (x @ w2)) @ w3,
     "gqa": None,  # below: an explicit loop over heads
+    "attention": None,  # the same, scaled by 1/sqrt(128)
 }
 
 
@@ -55,10 +56,14 @@ def np_gqa(q, k, v):
     return out
 
 
-def test_suite_has_the_twenty_benchmarks():
-    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 20
+def np_attention(q, k, v):
+    return np_gqa(q / np.sqrt(128), k, v)
+
+
+def test_suite_has_the_papers_twenty_benchmarks_and_scaled_attention():
+    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 21
     families = [b.family for b in SUITE.values()]
-    assert families.count("single") == 8 and families.count("multi") == 12
+    assert families.count("single") == 8 and families.count("multi") == 13
 
 
 @pytest.mark.parametrize("name", list(SUITE))
@@ -69,7 +74,7 @@ def test_benchmark_matches_independent_numpy(name):
     if name in ("reduce_div_matmul",):
         inputs["y"] = np.abs(inputs["y"]) + 0.1  # keep the row sums away from zero
     got = program(**inputs)
-    fn = np_gqa if name == "gqa" else INDEPENDENT[name]
+    fn = {"gqa": np_gqa, "attention": np_attention}.get(name) or INDEPENDENT[name]
     expected = fn(**inputs)
     got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
     assert len(got) == len(expected)
@@ -83,7 +88,10 @@ def test_case_grids(name):
     bench = SUITE[name]
     assert "small" in bench.cases and "quick" in bench.cases
     grid = [c for c in bench.cases if c not in ("small", "quick")]
-    assert len(grid) >= (25 if bench.family == "single" else 27)
-    for sizes in bench.cases.values():
+    # the paper's sweeps: 25 single-operator, 27 MatMul-family shapes; attention: model configurations
+    assert len(grid) >= (25 if bench.family == "single" else 10 if name == "attention" else 27)
+    for case, sizes in bench.cases.items():
         assert set(sizes) == set(bench.program.dims)
-        assert all(128 <= v <= 151936 for d, v in sizes.items() if d in ("m", "n", "k", "s", "t"))
+        assert all(128 <= v <= 151936 for d, v in sizes.items() if d in ("m", "n", "k", "t"))
+        # decode: 1 to 16 new query rows per head
+        assert 1 <= sizes.get("s", 128) <= 16 if "decode" in case else sizes.get("s", 128) >= 128

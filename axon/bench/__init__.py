@@ -1,4 +1,4 @@
-"""The benchmark report: Axon against its baselines on the 20 benchmarks, on one model, in one run.
+"""The benchmark report: Axon against its baselines on the suite's benchmarks, on one model, in one run.
 
     from axon.bench import run_bench
     doc = run_bench(target="trn2", grid="quick", json_path="bench.json")

@@ -119,27 +119,49 @@ def _same(outs, sizes):
     return list(outs)
 
 
-def _gqa_prepare(x, sizes, corpus):
-    """q [kv, g, s, d] -> [1, kv*g, d, s] (query head kv_i*g + g_i uses kv head kv_i, as the kernel's
-    GQA does); k [kv, 1, t, d] -> [1, kv, d, t]; v [kv, 1, t, d] -> [1, kv, t, d]."""
-    kv, g, s, t, d = (sizes[n] for n in ("kv", "g", "s", "t", "d"))
-    q = x["q"].reshape(kv * g, s, d).transpose(0, 2, 1)[None]
-    k = x["k"][:, 0].transpose(0, 2, 1)[None]
-    v = x["v"][:, 0][None]
-    # softmax_scale 1.0: the suite's gqa has no 1/sqrt(d); the kernel's default FlashConfig
-    # (training) also writes the log-sum-exp, which the benchmark does not use
-    return {"q": q, "k": k, "v": v}, {"seed": None, "softmax_scale": 1.0, "use_causal_mask": False,
-                                      "mixed_precision": True}
+def _heads(sizes) -> dict:
+    """gqa's sizes, or attention's with its literal head dim."""
+    return {"d": suite.HEAD_DIM, **sizes}
+
+
+def _flash_prepare(scale: float):
+    def prepare(x, sizes, corpus):
+        """q [kv, g, s, d] -> [1, kv*g, d, s] (query head kv_i*g + g_i uses kv head kv_i, as the
+        kernel's GQA does); k [kv, 1, t, d] -> [1, kv, d, t]; v [kv, 1, t, d] -> [1, kv, t, d]."""
+        kv, g, s, t, d = (_heads(sizes)[n] for n in ("kv", "g", "s", "t", "d"))
+        q = x["q"].reshape(kv * g, s, d).transpose(0, 2, 1)[None]
+        k = x["k"][:, 0].transpose(0, 2, 1)[None]
+        v = x["v"][:, 0][None]
+        # the kernel's default FlashConfig (training) also writes the log-sum-exp, which the
+        # benchmark does not use
+        return {"q": q, "k": k, "v": v}, {"seed": None, "softmax_scale": scale, "use_causal_mask": False,
+                                          "mixed_precision": True}
+    return prepare
+
+
+def _cte_prepare(scale: float):
+    def prepare(x, sizes, corpus):
+        h = _heads(sizes)
+        return ({"q": x["q"].reshape(h["kv"] * h["g"], h["s"], h["d"]), "k": x["k"][:, 0], "v": x["v"][:, 0]},
+                {"scale": scale, "causal_mask": False, "tp_q": True, "tp_k": True})
+    return prepare
 
 
 def _gqa_finish(outs, sizes):
-    return [np.asarray(outs[0]).reshape(sizes["kv"], sizes["g"], sizes["s"], sizes["d"])]
+    h = _heads(sizes)
+    return [np.asarray(outs[0]).reshape(h["kv"], h["g"], h["s"], h["d"])]
 
 
 def _gqa_refuses(sizes, dtype):
-    if sizes["d"] > 128:
+    if _heads(sizes)["d"] > 128:
         return "needs d <= 128"
     return _multiples(sizes, ("t", 2048), ("s", 128))
+
+
+_FLASH = ("q as [1, kv*g, d, s], k as [1, kv, d, t], v as [1, kv, t, d] (transposed on the host), SPMD grid "
+          "[1, kv] as the kernel's GQA usage says; no causal mask; default FlashConfig")
+_CTE = ("q as [kv*g, s, d] (tp_q), k as [kv, t, d] (tp_k), v as [kv, t, d]: reshapes only, its native GQA "
+        "(query batch b reads kv batch b // g); causal_mask = False")
 
 
 # --- NKIBench: shape-specialised float32 kernels with a NumPy module each -------------------------
@@ -193,16 +215,12 @@ _KERNELS = [
               "with u_out sum|x| more per 2048-column tile after the first (it carries the running sum between "
               "tiles as its last output column, in the output dtype)",
               lambda x, s, c: ({"x": x["x"]}, {}), _same, narrow_sums=lambda s: -(-s["n"] // LIBRARY_SCAN_TILE) - 1),
-    AwsKernel("gqa", SAMPLES, REFERENCE + "attention.py", "flash_fwd",
-              "q as [1, kv*g, d, s], k as [1, kv, d, t], v as [1, kv, t, d] (transposed on the host), SPMD grid "
-              "[1, kv] as the kernel's GQA usage says; softmax_scale = 1, no causal mask; default FlashConfig",
-              _gqa_prepare, _gqa_finish, _gqa_refuses, lambda s: (1, s["kv"])),
-    AwsKernel("gqa", LIBRARY, "src/nkilib_src/nkilib/core/attention/attention_cte.py", "attention_cte",
-              "q as [kv*g, s, d] (tp_q), k as [kv, t, d] (tp_k), v as [kv, t, d]: reshapes only, its native GQA "
-              "(query batch b reads kv batch b // g); scale = 1, causal_mask = False",
-              lambda x, s, c: ({"q": x["q"].reshape(s["kv"] * s["g"], s["s"], s["d"]), "k": x["k"][:, 0],
-                                "v": x["v"][:, 0]}, {"scale": 1.0, "causal_mask": False, "tp_q": True, "tp_k": True}),
-              _gqa_finish),
+    *(AwsKernel(bench, SAMPLES, REFERENCE + "attention.py", "flash_fwd", f"{_FLASH}; softmax_scale = {label}",
+                _flash_prepare(scale), _gqa_finish, _gqa_refuses, lambda s: (1, s["kv"]))
+      for bench, scale, label in (("gqa", 1.0, "1"), ("attention", suite.HEAD_DIM ** -0.5, "1/sqrt(128)"))),
+    *(AwsKernel(bench, LIBRARY, "src/nkilib_src/nkilib/core/attention/attention_cte.py", "attention_cte",
+                f"{_CTE}; scale = {label}", _cte_prepare(scale), _gqa_finish)
+      for bench, scale, label in (("gqa", 1.0, "1"), ("attention", suite.HEAD_DIM ** -0.5, "1/sqrt(128)"))),
     _nkibench("rmsnorm_matmul", "rmsnorm_matmul_M4096_N2048_K1024", {"M": "m", "N": "n", "K": "k"}, ("x", "w"),
               "no eps"),
     _nkibench("silu", "silu_M4096_N7168", {"M": "m", "N": "n"}, ("x",), "x"),

@@ -1,4 +1,5 @@
-"""Every operator of the 20 benchmarks gets a proved lowering (slices and reshapes as views)."""
+"""Every operator of the suite gets a proved lowering (slices and reshapes as views), with literal
+dimensions named as optimize names them."""
 import pytest
 
 import axon.suite as suite
@@ -15,7 +16,7 @@ def synth():
 
 @pytest.mark.parametrize("name", list(suite.SUITE))
 def test_every_operator_lowers(synth, name):
-    graph = suite.SUITE[name].program.graph
+    graph = suite.SUITE[name].program.generalized()[0].graph
     for node in graph.nodes():
         if node.op in (Op.INPUT, Op.CONST):
             continue
