@@ -10,7 +10,7 @@ import sys
 from axon.errors import AxonError
 
 # Module names under axon.cli, in the order `axon --help` lists them.
-COMMANDS = ["demo", "list", "verify", "variants", "simulate", "optimize", "bench"]
+COMMANDS = ["demo", "list", "verify", "variants", "simulate", "optimize", "bench", "cache"]
 
 
 def _load_commands():

@@ -28,6 +28,7 @@ from axon.search.candidates import Candidate, Counts, direct_lowering, enumerate
 from axon.search.check import check as check_with_data, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
+from axon.search.database import code_fingerprint
 from axon.search.select import ResultCache, Timing, default_cache, rank
 from axon.semantics.bounds import describe
 from axon.semantics.evaluate import check_constraints, dtype_named
@@ -143,6 +144,17 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     tgt = get_target(target)
     cache = cache if cache is not None else default_cache()
     t0 = time.perf_counter()
+    # a case this Axon has optimized before, with the same options, returns at once
+    wkey = cache.key("winner", prog.graph.pretty(), json.dumps(sizes, sort_keys=True), dtype, tgt.name,
+                     repr((budget_s, variants, seed, algebra, fusion)), code_fingerprint())
+    stored = cache.get_winner(wkey)
+    if stored is not None:
+        result = _stored_result(stored[0], wkey)
+        if result is not None:
+            if out_dir is not None:
+                write_outputs(result, tgt, Path(out_dir), prog.input_shapes(sizes, dtype=dtype), trace=stored[1])
+            say(f"stored result of an earlier run (axon cache show {wkey}): best {result.latency_ns / 1e3:.1f} us")
+            return result
 
     # symbolic phase: variants, lowerings, tilings, emission
     from axon.rewriting import discover
@@ -255,11 +267,35 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
                  "max_err_over_bound": check.worst_ratio},
         winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source)
     result.report = _report(result, cand, counts)
+    trace = None
     if out_dir is not None:
         write_outputs(result, tgt, Path(out_dir), shapes, runs.get(cand.source))
+        trace = Path(result.trace_path).read_bytes() if result.trace_path else None
+    cache.put_winner(wkey, prog.graph.pretty(), sizes, dtype, tgt.name, _stored_fields(result), trace)
     say(f"best {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of roofline), "
         f"direct lowering {result.baseline_latency_ns / 1e3:.1f} us")
     return result
+
+
+# what a stored winner keeps of its OptimizeResult: everything but the search's own objects and
+# where this run wrote its files
+_NOT_STORED = ("winner", "kernel_path", "trace_path")
+
+
+def _stored_fields(result: OptimizeResult) -> dict:
+    return {f: getattr(result, f) for f in OptimizeResult.__dataclass_fields__ if f not in _NOT_STORED}
+
+
+def _stored_result(fields: dict, key: str) -> Optional[OptimizeResult]:
+    """The OptimizeResult a stored winner describes, or None when the row is not one (a miss)."""
+    try:
+        r = OptimizeResult(**{**fields, "rewrites": tuple(fields["rewrites"])})
+    except (TypeError, KeyError):
+        return None
+    if not (isinstance(r.kernel_source, str) and isinstance(r.latency_ns, (int, float)) and r.latency_ns > 0):
+        return None
+    r.report += f"\n  stored:   the result of an earlier run (axon cache show {key})"
+    return r
 
 
 def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, macs, say, latency_ns):
@@ -306,18 +342,22 @@ def _instruction_stats(lowerer, cand: Candidate) -> dict:
             "winner_fusions": used}
 
 
-def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, measured=None) -> None:
-    """The kernel, its Perfetto trace (from `measured`, the winner's timing run with its schedule,
-    or a fresh timing-only run) and the JSON report."""
+def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, measured=None,
+                  trace: Optional[bytes] = None) -> None:
+    """The kernel, its Perfetto trace (`trace`: a stored one; else from `measured`, the winner's
+    timing run with its schedule, or a fresh timing-only run) and the JSON report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{result.benchmark}_{result.target}"
     kpath = out_dir / f"{stem}{tgt.kernel_suffix}"
     kpath.write_text(result.kernel_source)
     result.kernel_path = str(kpath)
     try:
-        m = measured or tgt.run(result.kernel_source, shapes, timing_only=True, keep_schedule=True)
         tpath = out_dir / f"{stem}.trace.json"
-        tgt.write_trace(m, tpath)
+        if trace is not None:
+            tpath.write_bytes(trace)
+        else:
+            m = measured or tgt.run(result.kernel_source, shapes, timing_only=True, keep_schedule=True)
+            tgt.write_trace(m, tpath)
         result.trace_path = str(tpath)
     except (AxonError, OSError) as err:
         print(f"axon: warning: no trace written: {err}", file=sys.stderr)

@@ -10,23 +10,20 @@ Tolerances: per element, |out - ref| <= the bound floating-point error analysis 
 kernel at that element (axon.semantics.bounds: the dtypes, the reduction lengths, the element's
 own magnitudes; never a fraction of the largest output), against the float64 reference.
 
-Results are cached on disk by (candidate source, target, the target's model fingerprint, input
-shapes) so a rerun pays nothing and a changed model measures again. Timings carry no roofline:
+Results are cached in the kernel database (search/database.py) by (candidate source, target, the
+target's model fingerprint, input shapes) so a rerun pays nothing and a changed model measures again. Timings carry no roofline:
 the roofline is the program's, one per case (`search.roofline`), never a candidate's own.
 Invariant: shared stage; the target is reached through `target.run`.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
-from axon.errors import AxonError, InputError
+from axon.errors import AxonError
+from axon.search.database import KernelDB, default_dir
 from axon.semantics.bounds import Check, Tolerance, compare  # noqa: F401 (the check, defined once)
 
 
@@ -36,47 +33,13 @@ class Timing:
     error: str = ""
 
 
-class ResultCache:
-    """JSON files under a directory, keyed by a hash of what determines the result."""
-
-    def __init__(self, root: Optional[Path]):
-        self.root = root
-        if root is not None:
-            try:
-                root.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise InputError(f"the result cache {root} is not a directory (AXON_CACHE_DIR; empty to "
-                                 "turn the cache off)") from None
-            except OSError as err:
-                raise InputError(f"cannot create the result cache {root}: {err.strerror} (AXON_CACHE_DIR; "
-                                 "empty to turn the cache off)") from None
-
-    @staticmethod
-    def key(*parts: str) -> str:
-        return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
-
-    def get(self, key: str) -> Optional[dict]:
-        if self.root is None:
-            return None
-        p = self.root / f"{key}.json"
-        try:
-            return json.loads(p.read_text())
-        except (OSError, ValueError):
-            return None
-
-    def put(self, key: str, value: dict) -> None:
-        if self.root is None:
-            return
-        tmp = self.root / f".{key}.{os.getpid()}"
-        tmp.write_text(json.dumps(value))
-        tmp.replace(self.root / f"{key}.json")
+# timings live in the kernel database (search/database.py); the name selection has always used
+ResultCache = KernelDB
 
 
-def default_cache() -> ResultCache:
-    root = os.environ.get("AXON_CACHE_DIR")
-    if root == "":
-        return ResultCache(None)
-    return ResultCache(Path(root) if root else Path.home() / ".cache" / "axon" / "results")
+def default_cache() -> KernelDB:
+    """The database under AXON_CACHE_DIR (default ~/.cache/axon; empty: none)."""
+    return KernelDB(default_dir())
 
 
 def time_candidate(target, source: str, inputs: dict, cache: ResultCache, runs: Optional[dict] = None) -> Timing:

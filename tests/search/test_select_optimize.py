@@ -152,15 +152,18 @@ def test_a_cache_dir_that_is_a_file_is_one_clear_error(tmp_path, monkeypatch):
 
 
 def test_optimize_survives_a_poisoned_cache(tmp_path, monkeypatch):
-    import glob
+    import sqlite3
 
     @axon.program(x=("m", "n"))
     def double(x):
         return x * 2.0
 
     first = optimize(double, {"m": 128, "n": 128}, dtype="float32")
-    for path in glob.glob(str(tmp_path / "cache" / "*.json")):
-        with open(path, "w") as f:
-            f.write('{"latency_ns": 0.0, "error": ""}')
+    db = sqlite3.connect(tmp_path / "cache" / "kernels.sqlite")
+    with db:  # every timing and the stored winner claim 0 ns; a wrong-shaped row too
+        db.execute("""UPDATE timings SET value = '{"latency_ns": 0.0, "error": ""}'""")
+        db.execute("UPDATE timings SET value = '[1, 2]' WHERE rowid = (SELECT MIN(rowid) FROM timings)")
+        db.execute("UPDATE winners SET result = json_set(result, '$.latency_ns', 0.0)")
+    db.close()
     again = optimize(double, {"m": 128, "n": 128}, dtype="float32")
     assert again.latency_ns == first.latency_ns > 0
