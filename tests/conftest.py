@@ -30,3 +30,10 @@ def _simulate_all(name, sizes, target, modes=FUSION_MODES):
 @pytest.fixture
 def simulate_all():
     return _simulate_all
+
+
+@pytest.fixture(autouse=True)
+def _own_kernel_database(tmp_path_factory, monkeypatch):
+    """Each test starts with an empty kernel database (not the user's ~/.cache/axon): a stored
+    winner from another test or an earlier run never answers for a search a test means to run."""
+    monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path_factory.mktemp("axon-cache")))
