@@ -27,7 +27,9 @@ def add_arguments(parser) -> None:
     from axon.search.optimize import DEFAULT_BUDGET_S
 
     parser.add_argument("--budget", type=float, default=None,
-                        help=f"seconds for model ranking (default {DEFAULT_BUDGET_S:g})")
+                        help=f"model ranking work, in seconds of a 2-core machine: counted in simulated "
+                             f"instructions, so the same search on any machine and under any load "
+                             f"(default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 

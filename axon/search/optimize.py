@@ -29,11 +29,12 @@ from axon.search.check import check as check_with_data, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
 from axon.search.database import code_fingerprint
-from axon.search.select import ResultCache, Timing, default_cache, rank
+from axon.search.select import WORK_PER_S, ResultCache, Timing, default_cache, rank
 from axon.semantics.bounds import describe
 from axon.semantics.evaluate import check_constraints, dtype_named
 
-DEFAULT_BUDGET_S = 45.0  # ranking time; checks and the symbolic phase come on top (120 s in all)
+DEFAULT_BUDGET_S = 45.0  # ranking work, in seconds of a 2-core machine (select.WORK_PER_S: counted in
+# simulated instructions, so the same on any machine); checks and the symbolic phase come on top
 MAX_CHECKS = 3
 MODEL_SHORTLIST = 32  # candidates the performance model ranks, after the static traffic estimate
 # ...and past the shortlist, while ranking has taken less than this: the static estimate counts
@@ -209,10 +210,11 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation)")
     runs: dict = {} if out_dir is not None else None  # the fastest fresh run, kept for its trace
     ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, runs=runs)
-    spent = time.perf_counter() - t1
+    spent = sum(t.work for _, t in ranked) / WORK_PER_S  # in budget seconds: the same on any machine
     rest = [c for c in cands[MODEL_SHORTLIST:] if c.key != baseline.key]
     if rest and spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
-        say(f"ranking up to {len(rest)} more candidates while it stays cheap (for up to {EXTRA_RANK_S - spent:.0f} s)")
+        say(f"ranking up to {len(rest)} more candidates while it stays cheap (up to {EXTRA_RANK_S - spent:.0f} "
+            "budget seconds)")
         ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, runs=runs),
                         key=lambda ct: ct[1].latency_ns)
     timed = {c.key: t for c, t in ranked}

@@ -18,7 +18,6 @@ Invariant: shared stage; the target is reached through `target.run`.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -31,6 +30,16 @@ from axon.semantics.bounds import Check, Tolerance, compare  # noqa: F401 (the c
 class Timing:
     latency_ns: float
     error: str = ""
+    work: int = 0  # what the run cost in the budget's units (cached with it: a hit costs the same)
+
+
+# Ranking budgets count work, not seconds, so the same inputs rank the same candidates on any
+# machine, under any load and with any cache state: a run costs the instructions it simulated
+# (Measured.work) plus a fixed start-up; a budget of s seconds is s x WORK_PER_S of that, the
+# rate of the timing-only simulation on a 2-core machine (7,000 to 14,000 instructions a second
+# on gqa kernels; ~10 ms to start one run).
+WORK_PER_S = 10_000
+WORK_PER_RUN = 100
 
 
 # timings live in the kernel database (search/database.py); the name selection has always used
@@ -54,14 +63,14 @@ def time_candidate(target, source: str, inputs: dict, cache: ResultCache, runs: 
         return hit
     try:
         m = target.run(source, inputs, timing_only=True, keep_schedule=runs is not None)
-        t = Timing(m.latency_ns)
+        t = Timing(m.latency_ns, work=WORK_PER_RUN + getattr(m, "work", 0))
         if runs is not None and m.latency_ns < min((r.latency_ns for r in runs.values()), default=float("inf")):
             runs.clear()
             runs[source] = m
     except AxonError as err:
-        t = Timing(float("inf"), str(err))
+        t = Timing(float("inf"), str(err), WORK_PER_RUN)
     if t.error == "" or "KernelError" not in t.error:
-        cache.put(key, {"latency_ns": t.latency_ns, "error": t.error})
+        cache.put(key, {"latency_ns": t.latency_ns, "error": t.error, "work": t.work})
     return t
 
 
@@ -70,13 +79,15 @@ def _valid_timing(value) -> Optional[Timing]:
     overwritten) for anything else, a hand-edited or truncated file included."""
     if not isinstance(value, dict) or not isinstance(value.get("error", ""), str):
         return None
-    latency = value.get("latency_ns")
+    latency, work = value.get("latency_ns"), value.get("work")
     if isinstance(latency, bool) or not isinstance(latency, (int, float)):
+        return None
+    if isinstance(work, bool) or not isinstance(work, int) or work < WORK_PER_RUN:
         return None
     error = value.get("error", "")
     ok = math.isfinite(latency) and latency > 0 and not error
     failed = latency == float("inf") and error
-    return Timing(float(latency), error) if ok or failed else None
+    return Timing(float(latency), error, work) if ok or failed else None
 
 
 def check_candidate(target, source: str, inputs: dict, expected: tuple, tolerance: Tolerance,
@@ -92,19 +103,19 @@ def check_candidate(target, source: str, inputs: dict, expected: tuple, toleranc
 
 def rank(target, candidates: list, inputs: dict, cache: ResultCache, budget_s: float,
          progress: Optional[Callable[[str], None]] = None, runs: Optional[dict] = None) -> list[tuple[object, Timing]]:
-    """Timing-only runs of the candidates (until the budget is spent), fastest first; `runs` as
-    in `time_candidate`."""
-    start = time.perf_counter()
+    """Timing-only runs of the candidates, in order, until `budget_s` x WORK_PER_S of work is
+    spent (a deterministic budget: see WORK_PER_S), fastest first; `runs` as in `time_candidate`."""
+    budget = budget_s * WORK_PER_S
     out = []
-    longest = 0.0  # the slowest single run so far: a run that would overshoot the budget is not started
+    spent, longest = 0, 0  # the costliest single run so far: a run that would overshoot is not started
     for i, cand in enumerate(candidates):
-        if out and time.perf_counter() - start + longest > budget_s:
+        if out and spent + longest > budget:
             if progress:
                 progress(f"ranking budget spent after {i} of {len(candidates)} candidates")
             break
-        began = time.perf_counter()
-        out.append((cand, time_candidate(target, cand.source, inputs, cache, runs)))
-        longest = max(longest, time.perf_counter() - began)
+        t = time_candidate(target, cand.source, inputs, cache, runs)
+        out.append((cand, t))
+        spent, longest = spent + t.work, max(longest, t.work)
         if progress and (i + 1) % 10 == 0:
             best = min(t.latency_ns for _, t in out)
             progress(f"ranked {i + 1}/{len(candidates)} (best so far {best / 1e3:.1f} us)")

@@ -118,3 +118,36 @@ def test_an_unreadable_database_is_one_clear_error(tmp_path):
     (tmp_path / "kernels.sqlite").write_bytes(b"not a database" * 100)
     with pytest.raises(axon.errors.InputError, match="axon cache clear"):
         KernelDB(tmp_path).get("x")
+
+
+def test_selection_does_not_depend_on_the_clock_or_the_cache(tmp_path, monkeypatch):
+    import itertools
+
+    import importlib
+
+    from axon.search.select import ResultCache
+
+    opt = importlib.import_module("axon.search.optimize")  # the module (axon.search exports the function)
+    first = opt.optimize("rmsnorm_matmul", "small", cache=ResultCache(tmp_path / "a"))
+    # ranking on a machine a thousand times slower (each clock reading 1000 s after the last)...
+    real_rank, real_clock, ticks = opt.rank, time.perf_counter, itertools.count(0, 1000.0)
+
+    def slow_rank(*a, **k):
+        monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
+        try:
+            return real_rank(*a, **k)
+        finally:
+            monkeypatch.setattr(time, "perf_counter", real_clock)
+
+    monkeypatch.setattr(opt, "rank", slow_rank)
+    slow = opt.optimize("rmsnorm_matmul", "small", cache=ResultCache(tmp_path / "b"))
+    monkeypatch.setattr(opt, "rank", real_rank)
+    assert slow.kernel_source == first.kernel_source
+    assert slow.candidates["evaluated"] == first.candidates["evaluated"]
+    # ...and a warm timing cache without the stored winner rank the same candidates
+    db = sqlite3.connect(tmp_path / "a" / "kernels.sqlite")
+    with db:
+        db.execute("DELETE FROM winners")
+    db.close()
+    warm = opt.optimize("rmsnorm_matmul", "small", cache=ResultCache(tmp_path / "a"))
+    assert warm.kernel_source == first.kernel_source and warm.candidates == first.candidates

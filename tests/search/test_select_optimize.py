@@ -132,13 +132,15 @@ def test_timing_uses_shapes_and_random_inputs_keep_the_dtype():
 
 @pytest.mark.parametrize("stored", [{"latency_ns": 0.0, "error": ""}, {"latency_ns": -5, "error": ""},
                                     {"latency_ns": "fast"}, [1, 2], {"error": 3}, {"latency_ns": True},
-                                    {"latency_ns": float("nan"), "error": ""}])
+                                    {"latency_ns": float("nan"), "error": ""},
+                                    {"latency_ns": 1234.5, "error": ""},  # no work: the budget could not count it
+                                    {"latency_ns": 1234.5, "error": "", "work": -1}])
 def test_a_poisoned_or_malformed_cached_timing_is_measured_again(tmp_path, stored):
     from axon.search.select import _valid_timing
 
     assert _valid_timing(stored) is None
-    assert _valid_timing({"latency_ns": 1234.5, "error": ""}).latency_ns == 1234.5
-    assert _valid_timing({"latency_ns": float("inf"), "error": "KernelError: x"}).error
+    assert _valid_timing({"latency_ns": 1234.5, "error": "", "work": 900}).latency_ns == 1234.5
+    assert _valid_timing({"latency_ns": float("inf"), "error": "KernelError: x", "work": 100}).error
 
 
 def test_a_cache_dir_that_is_a_file_is_one_clear_error(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ class Measured:
     latency_ns: float
     outputs: object  # arrays, or None for timing-only runs
     estimate: object  # the model's Estimate (its kernel bound is the kernel's own, not the program's)
+    work: int = 0  # instructions simulated: what the run cost, as selection's budget counts it
 
 
 class TrainiumTarget:
@@ -89,7 +90,7 @@ class TrainiumTarget:
         if not timing_only:
             o = res.outputs
             outs = list(o) if isinstance(o, (tuple, list)) else [o]
-        return Measured(est.latency_ns, outs, est)
+        return Measured(est.latency_ns, outs, est, len(res.trace))
 
     def peaks(self, dtype: str):
         """The roofline's rates at `dtype`: TensorE peak and one core's HBM bandwidth (the
