@@ -21,7 +21,7 @@ Invariant: shared stage; the target is reached through `target.run` (select.chec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import numpy as np
@@ -31,11 +31,10 @@ from axon.fusion.nodes import RowWorld
 from axon.ir import Graph
 from axon.search.candidates import Candidate, emit, packed_world
 from axon.search.select import Check, check_candidate
-from axon.semantics.bounds import kernel_reference
+from axon.semantics.bounds import _symbol, kernel_reference
 from axon.tiling.build import narrow_values
 
 MIN_BLOCKS = 2  # a partial check runs at least the first and the last row block
-REFERENCE_ELEMENTS = 1 << 26  # largest value of the float64 reference evaluated at once (512 MB)
 
 
 @dataclass(frozen=True)
@@ -107,56 +106,8 @@ def _take(array: np.ndarray, axis: Optional[int], rows: CheckedRows) -> np.ndarr
     return np.concatenate([np.take(array, np.arange(s, e), axis=axis) for s, e in rows.ranges], axis=axis)
 
 
-def _reference(graph: Graph, arrays: Mapping[str, np.ndarray], dtype: str, narrow, binding):
-    """`kernel_reference`, over slices of the leading batch axis when its largest value would not
-    fit REFERENCE_ELEMENTS float64 elements: batch slices are independent programs (every operator
-    maps batch index to batch index), so the bounds and values concatenate. Attention at
-    Llama-3-70B sizes keeps [heads, rows, t] logits, 24 GB of reference and bounds at once."""
-    axis = _batch_axis(graph, arrays, binding)
-    biggest = max(math.prod(d.evaluate_int(binding) for d in n.shape) for n in graph.nodes())
-    if axis is None or biggest <= REFERENCE_ELEMENTS:
-        return kernel_reference(graph, arrays, dtype, narrow, binding)
-    dim, ins = axis
-    size = binding[dim]
-    step = max(1, size * REFERENCE_ELEMENTS // biggest)
-    parts = []
-    for b in range(0, size, step):
-        part = {k: (v[b:b + step] if k in ins else v) for k, v in arrays.items()}
-        parts.append(kernel_reference(graph, part, dtype, narrow, {**binding, dim: min(step, size - b)}))
-    want = tuple(np.concatenate(ws) for ws in zip(*(w for w, _ in parts)))
-    tol0 = parts[0][1]
-    bounds = tuple(np.concatenate(bs) for bs in zip(*(t.bounds for _, t in parts)))
-    return want, replace(tol0, bounds=bounds, expected=want if tol0.expected else ())
-
-
-def _batch_axis(graph: Graph, arrays, binding) -> Optional[tuple[str, set]]:
-    """(symbol, inputs sliced along it) when every output's axis 0 is one batch symbol that each
-    input either shares on its axis 0 or lacks (size 1 or fewer axes); else None."""
-    ranks = {o.rank for o in graph.outputs}
-    if len(ranks) != 1 or min(ranks) < 3:
-        return None
-    syms = {_symbol(o.shape[0]) for o in graph.outputs}
-    dim = syms.pop() if len(syms) == 1 else None
-    if dim is None or binding.get(dim, 1) <= 1:
-        return None
-    ins = set()
-    for n in graph.inputs:
-        if n.rank == min(ranks) and _symbol(n.shape[0]) == dim:
-            ins.add(n.params.name)
-        elif n.rank == min(ranks) and n.shape[0].evaluate_int(binding) != 1:
-            return None
-    return (dim, ins) if ins and all(k in arrays for k in ins) else None
-
-
 def _shape(node, binding) -> tuple[int, ...]:
     return tuple(d.evaluate_int(binding) for d in node.shape)
-
-
-def _symbol(size) -> Optional[str]:
-    terms = size.terms
-    if len(terms) == 1 and len(terms[0][0]) == 1 and terms[0][1] == 1:
-        return terms[0][0][0]
-    return None
 
 
 def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, int], dtype: str, lowerer,
@@ -174,7 +125,7 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
     _, _, binding = packed_world(graph, g, osizes, cand.options.fold)
     # a packed or folded graph computes on views of the same tensors ([m/g, g*c]; [.., 1, h*s, c])
     ref_in = {n.params.name: ref_in[n.params.name].reshape(_shape(n, binding)) for n in world.graph.inputs}
-    want, tol = _reference(world.graph, ref_in, dtype, narrow, binding)
+    want, tol = kernel_reference(world.graph, ref_in, dtype, narrow, binding)
     shapes = [_shape(o, osizes) for o in graph.outputs]
     want = tuple(w.reshape(sh) for w, sh in zip(want, shapes))
     tol = tol.reshaped(shapes)

@@ -342,11 +342,63 @@ def program_reference(graph: Graph, arrays: Mapping[str, np.ndarray], precision:
     kernel computing it in `precision` may differ from it (module docstring). `narrow`: the nodes
     the kernel may store in the intermediate dtype (None: every computed value, which holds for
     any kernel; a kernel builder knows better, e.g. `tiling.build.narrow_values`). Intermediate
-    values are released after their last use: a check at Llama sizes holds weights in float64."""
+    values are released after their last use: a check at Llama sizes holds weights in float64.
+    When the largest value would exceed REFERENCE_ELEMENTS, the graph is evaluated over slices of
+    its leading batch axis (`_batch_axis`): batch slices are independent programs (every operator
+    maps batch index to batch index), so values and bounds concatenate. Attention at Llama-3-70B
+    sizes keeps [heads, rows, t] logits: 24 GB of reference and bounds at once."""
+    import math
+
     from axon.semantics.evaluate import bind_sizes
 
     if binding is None:
         binding = bind_sizes(graph, {k: np.shape(v) for k, v in arrays.items()})
+    axis = _batch_axis(graph, arrays, binding)
+    biggest = max(math.prod(d.evaluate_int(binding) for d in n.shape) for n in graph.nodes())
+    if axis is None or biggest <= REFERENCE_ELEMENTS:
+        return _whole_reference(graph, arrays, precision, narrow, binding)
+    dim, sliced = axis
+    size = binding[dim]
+    step = max(1, size * REFERENCE_ELEMENTS // biggest)
+    parts = [_whole_reference(graph, {k: (v[b:b + step] if k in sliced else v) for k, v in arrays.items()},
+                              precision, narrow, {**binding, dim: min(step, size - b)})
+             for b in range(0, size, step)]
+    values = tuple(np.concatenate(vs) for vs in zip(*(v for v, _ in parts)))
+    bounds = tuple(np.concatenate(bs) for bs in zip(*(t.bounds for _, t in parts)))
+    return values, Tolerance(bounds, precision, parts[0][1].reduction, "program", values)
+
+
+REFERENCE_ELEMENTS = 1 << 26  # largest value of the float64 reference evaluated at once (512 MB)
+
+
+def _batch_axis(graph: Graph, arrays, binding) -> Optional[tuple[str, set]]:
+    """(symbol, inputs sliced along it) when every output's axis 0 is one batch symbol that each
+    input either shares on its axis 0 or lacks (size 1 or fewer axes); else None."""
+    ranks = {o.rank for o in graph.outputs}
+    if len(ranks) != 1 or min(ranks) < 3:
+        return None
+    syms = {_symbol(o.shape[0]) for o in graph.outputs}
+    dim = syms.pop() if len(syms) == 1 else None
+    if dim is None or binding.get(dim, 1) <= 1:
+        return None
+    sliced = set()
+    for n in graph.inputs:
+        if n.rank == min(ranks) and _symbol(n.shape[0]) == dim:
+            sliced.add(n.params.name)
+        elif n.rank == min(ranks) and n.shape[0].evaluate_int(binding) != 1:
+            return None
+    return (dim, sliced) if sliced and all(k in arrays for k in sliced) else None
+
+
+def _symbol(size) -> Optional[str]:
+    """The one dimension name a size is (`kv`), or None (`2*h`, `m*k`, 8)."""
+    terms = size.terms
+    if len(terms) == 1 and len(terms[0][0]) == 1 and terms[0][1] == 1:
+        return terms[0][0][0]
+    return None
+
+
+def _whole_reference(graph: Graph, arrays, precision: Precision, narrow, binding):
     alg = _Bounded(precision)
     u_store = alg.u_store
     nodes = graph.nodes()

@@ -104,17 +104,21 @@ def test_optimize_checks_row_blocks_over_the_budget_and_says_which(monkeypatch, 
 
 
 def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bounds(monkeypatch):
-    import axon.search.check as chk
+    import axon.semantics.bounds as bounds
 
     gqa = SUITE["gqa"].program
     sizes = {"kv": 3, "g": 2, "s": 16, "t": 32, "d": 8}
     data = gqa.random_inputs(sizes, "bfloat16", seed=5)
     whole, tol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
-    assert chk._batch_axis(gqa.graph, data, sizes) == ("kv", {"q", "k", "v"})
-    monkeypatch.setattr(chk, "REFERENCE_ELEMENTS", 2 * 16 * 32)  # one kv head's logits at a time
-    parts, ptol = chk._reference(gqa.graph, data, "bfloat16", None, sizes)
+    assert bounds._batch_axis(gqa.graph, data, sizes) == ("kv", {"q", "k", "v"})
+    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", 2 * 16 * 32)  # one kv head's logits at a time
+    calls = []
+    real = bounds._whole_reference
+    monkeypatch.setattr(bounds, "_whole_reference", lambda g, a, *r: calls.append(a["q"].shape) or real(g, a, *r))
+    parts, ptol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
+    assert calls == [(1, 2, 16, 8)] * 3
     for a, b in zip(whole + tol.bounds, parts + ptol.bounds):
         np.testing.assert_array_equal(a, b)
     assert ptol.reduction == tol.reduction
     # an input that varies along axis 0 under another symbol cannot be sliced with the rest
-    assert chk._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
+    assert bounds._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
