@@ -30,7 +30,7 @@ def gated_mlp(x, w1, w2, w3):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp)
+                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(56):
             acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
             acc1 = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
@@ -56,7 +56,7 @@ def gated_mlp(x, w1, w2, w3):
                 # silu, mul: 2 instruction(s), proved
                 t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], op=nl.silu)
-                nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], op=nl.multiply)
+                nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], op=nl.multiply, engine=nisa.engine.vector)
                 nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
                 nisa.dma_copy(dst=scratch[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     # pass 2: matmul  (rows 128 x 2 per block, n_tile 512, n_block 1024)
@@ -71,7 +71,7 @@ def gated_mlp(x, w1, w2, w3):
                 nisa.nc_transpose(dst=tp1[0:128, 128:256], data=scratch_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp1[0:128, 256:384], data=scratch_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp1[0:128, 384:512], data=scratch_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=lhsT1[0:128, i_r * 28672 + i_q * 512:i_r * 28672 + i_q * 512 + 512], src=tp1)
+                nisa.tensor_copy(dst=lhsT1[0:128, i_r * 28672 + i_q * 512:i_r * 28672 + i_q * 512 + 512], src=tp1, engine=nisa.engine.scalar)
         for i_nb in nl.affine_range(8):
             acc2 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
             nisa.memset(dst=acc2, value=0.0)

@@ -4,7 +4,7 @@ sizes:    kv=8, g=8, s=2048, t=8192, d=128
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul, max, sub, exp, sum, div, matmul; row tile 128 x block 2, matmul n tile 128, n block whole width, k tile 128
+pass 1:   matmul, max, sub, exp, sum, div, matmul; row tile 128 x block 2, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
 """
 import nki
@@ -16,8 +16,21 @@ import nki.language as nl
 def gqa(q, k, v):
     DT = q.dtype
     out = nl.ndarray((8, 8, 2048, 128), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: matmul, max, sub, exp, sum, div, matmul  (rows 128 x 2 per block, n_tile 128, n_block all)
+    # pass 1: matmul, max, sub, exp, sum, div, matmul  (rows 128 x 2 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
+        i_nb = 0
+        w = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(64):
+            wrows = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_copy(dst=wrows[0:128, 0:128], src=k[i_b0, 0, i_nb * 8192 + i_j * 128:i_nb * 8192 + i_j * 128 + 128, 0:0 + 128])
+            i_q = 0
+            tp = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp[0:128, 0:128], data=wrows[0:128, i_q * 128:i_q * 128 + 128])
+            nisa.tensor_copy(dst=w[0:128, i_j * 128:i_j * 128 + 128], src=tp, engine=nisa.engine.scalar)
+        i_nb = 0
+        w1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(64):
+            nisa.dma_copy(dst=w1[0:128, i_kt * 128:i_kt * 128 + 128], src=v[i_b0, 0, i_kt * 128:i_kt * 128 + 128, i_nb * 128:i_nb * 128 + 128])
         for i_b1 in nl.affine_range(8):
             for i_rb in nl.affine_range(8):
                 matmul_blk = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf)
@@ -27,25 +40,17 @@ def gqa(q, k, v):
                     q_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
                     nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:128])
                     i_q = 0
-                    tp = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp[0:128, 0:128], data=q_t[0:128, i_q * 128:i_q * 128 + 128])
-                    nisa.tensor_copy(dst=lhsT[0:128, i_r * 128:i_r * 128 + 128], src=tp)
-                i_nb = 0
-                w = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-                for i_j in nl.affine_range(64):
-                    wrows = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=wrows[0:128, 0:128], src=k[i_b0, 0, i_nb * 8192 + i_j * 128:i_nb * 8192 + i_j * 128 + 128, 0:0 + 128])
-                    i_q = 0
                     tp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp1[0:128, 0:128], data=wrows[0:128, i_q * 128:i_q * 128 + 128])
-                    nisa.tensor_copy(dst=w[0:128, i_j * 128:i_j * 128 + 128], src=tp1)
+                    nisa.nc_transpose(dst=tp1[0:128, 0:128], data=q_t[0:128, i_q * 128:i_q * 128 + 128])
+                    nisa.tensor_copy(dst=lhsT[0:128, i_r * 128:i_r * 128 + 128], src=tp1, engine=nisa.engine.scalar)
+                i_nb = 0
                 for i_r in nl.affine_range(2):
-                    for i_nt in nl.affine_range(64):
-                        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                    for i_nt in nl.affine_range(16):
+                        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                         nisa.memset(dst=acc, value=0.0)
                         i_kt = 0
-                        nisa.nc_matmul(dst=acc[0:128, 0:128], stationary=lhsT[0:128, i_r * 128 + i_kt * 128:i_r * 128 + i_kt * 128 + 128], moving=w[0:128, i_kt * 8192 + i_nt * 128:i_kt * 8192 + i_nt * 128 + 128])
-                        nisa.tensor_copy(dst=matmul_blk[0:128, i_r * 8192 + i_nb * 8192 + i_nt * 128:i_r * 8192 + i_nb * 8192 + i_nt * 128 + 128], src=acc[0:128, 0:128], engine=nisa.engine.scalar)
+                        nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 128 + i_kt * 128:i_r * 128 + i_kt * 128 + 128], moving=w[0:128, i_kt * 8192 + i_nt * 512:i_kt * 8192 + i_nt * 512 + 512])
+                        nisa.tensor_copy(dst=matmul_blk[0:128, i_r * 8192 + i_nb * 8192 + i_nt * 512:i_r * 8192 + i_nb * 8192 + i_nt * 512 + 512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
                 for i_r in nl.affine_range(2):
                     div1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
                     # max, sub, exp, sum, div: 3 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
@@ -60,11 +65,8 @@ def gqa(q, k, v):
                         nisa.nc_transpose(dst=tp2[0:128, 128:256], data=div1[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                         nisa.nc_transpose(dst=tp2[0:128, 256:384], data=div1[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                         nisa.nc_transpose(dst=tp2[0:128, 384:512], data=div1[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                        nisa.tensor_copy(dst=div_T[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp2)
+                        nisa.tensor_copy(dst=div_T[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp2, engine=nisa.engine.vector)
                 i_nb = 0
-                w1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-                for i_kt in nl.affine_range(64):
-                    nisa.dma_copy(dst=w1[0:128, i_kt * 128:i_kt * 128 + 128], src=v[i_b0, 0, i_kt * 128:i_kt * 128 + 128, i_nb * 128:i_nb * 128 + 128])
                 for i_r in nl.affine_range(2):
                     o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
                     i_nt = 0

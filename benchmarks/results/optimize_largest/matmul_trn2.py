@@ -28,7 +28,7 @@ def matmul(x, w):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp)
+                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp, engine=nisa.engine.scalar)
         for i_nb in nl.affine_range(56):
             w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(64):
@@ -40,6 +40,6 @@ def matmul(x, w):
                 nisa.memset(dst=acc, value=0.0)
                 for i_kt in nl.affine_range(64):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 8192 + i_kt * 128:i_r * 8192 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
+                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512], engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out

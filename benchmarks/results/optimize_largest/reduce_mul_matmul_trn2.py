@@ -18,7 +18,7 @@ def reduce_mul_matmul(x, y, w):
     out = nl.ndarray((2048, 28672), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: matmul, sum, mul  (rows 128 x 4 per block, n_tile 512, n_block 512)
     for i_rb in nl.affine_range(4):
-        sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+        sum_blk = nl.ndarray((128, 4), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
             y_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=y_t[0:128, 0:8192], src=y[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:8192])
@@ -34,7 +34,7 @@ def reduce_mul_matmul(x, y, w):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp)
+                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(56):
             w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(64):
@@ -46,7 +46,7 @@ def reduce_mul_matmul(x, y, w):
                 nisa.memset(dst=acc, value=0.0)
                 for i_kt in nl.affine_range(64):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 8192 + i_kt * 128:i_r * 8192 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                mul1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 # mul: 1 instruction(s), proved
                 nisa.activation(dst=mul1[0:128, 0:512], data=acc[0:128, 0:512], scale=sum_blk[0:128, i_r:i_r + 1], op=nl.copy)
                 nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)

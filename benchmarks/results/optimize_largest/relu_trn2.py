@@ -3,8 +3,7 @@
 sizes:    m=4096, n=8192
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   relu; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128, 4 column chunks per row tile
+pass 1:   relu; row tile 128 x block 1, 4 column chunks per row tile
 lowerings: relu (synthesis, proved)
 """
 import nki
@@ -16,7 +15,7 @@ import nki.language as nl
 def relu(x):
     DT = x.dtype
     out = nl.ndarray((4096, 8192), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: relu  (rows 128 x 1 per block, n_tile 512, n_block all)
+    # pass 1: relu  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(32):
         i_r = 0
         for i_c in nl.affine_range(4):

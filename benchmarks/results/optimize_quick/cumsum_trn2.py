@@ -3,8 +3,7 @@
 sizes:    m=1024, n=4096
 rewrites: none (the program as written)
 fusion:   unfused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   cumsum; row tile 128 x block 1, matmul n tile 512, n block 512, k tile 128
+pass 1:   cumsum; row tile 128 x block 1
 lowerings: cumsum (synthesis, proved)
 """
 import nki
@@ -18,7 +17,7 @@ def cumsum(x):
     const = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=const, value=0.0)
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: cumsum  (rows 128 x 1 per block, n_tile 512, n_block 512)
+    # pass 1: cumsum  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(8):
         i_r = 0
         x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)

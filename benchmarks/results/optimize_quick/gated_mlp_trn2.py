@@ -29,7 +29,7 @@ def gated_mlp(x, w1, w2, w3):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=lhsT[0:128, i_r * 2048 + i_q * 512:i_r * 2048 + i_q * 512 + 512], src=tp)
+                nisa.tensor_copy(dst=lhsT[0:128, i_r * 2048 + i_q * 512:i_r * 2048 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(4):
             w = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(16):
@@ -51,14 +51,14 @@ def gated_mlp(x, w1, w2, w3):
                     # silu, mul: 2 instruction(s), proved
                     t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                     nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
-                    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply)
+                    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply, engine=nisa.engine.vector)
                     i_q = 0
                     tp1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                     nisa.nc_transpose(dst=tp1[0:128, 0:128], data=mul1[0:128, i_q * 512:i_q * 512 + 128])
                     nisa.nc_transpose(dst=tp1[0:128, 128:256], data=mul1[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                     nisa.nc_transpose(dst=tp1[0:128, 256:384], data=mul1[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                     nisa.nc_transpose(dst=tp1[0:128, 384:512], data=mul1[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                    nisa.tensor_copy(dst=mul_T[0:128, i_r * 4096 + i_nb * 1024 + i_nt * 512:i_r * 4096 + i_nb * 1024 + i_nt * 512 + 512], src=tp1)
+                    nisa.tensor_copy(dst=mul_T[0:128, i_r * 4096 + i_nb * 1024 + i_nt * 512:i_r * 4096 + i_nb * 1024 + i_nt * 512 + 512], src=tp1, engine=nisa.engine.scalar)
         for i_nb in nl.affine_range(2):
             w5 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):

@@ -3,8 +3,7 @@
 sizes:    m=1024, n=4096
 rewrites: propagate mul (operand 0) into div: degree 1 onto operand 0
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   sum, div, sub, mul, mul, sum, div, add, sqrt, div, add; row tile 128 x block 2, matmul n tile 512, n block whole width, k tile 128
+pass 1:   sum, div, sub, mul, mul, sum, div, add, sqrt, div, add; row tile 128 x block 1
 lowerings: add (synthesis, proved), div (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
 """
 import nki
@@ -25,7 +24,7 @@ def layernorm(x, g, b):
         bc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
         nisa.memset(dst=bc, value=0.0)
         nisa.nc_matmul(dst=bc, stationary=ones, moving=b_row[0:1, i_c * 512:i_c * 512 + 512])
-        nisa.tensor_copy(dst=b_rows[0:128, i_c * 512:i_c * 512 + 512], src=bc)
+        nisa.tensor_copy(dst=b_rows[0:128, i_c * 512:i_c * 512 + 512], src=bc, engine=nisa.engine.vector)
     ones1 = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=ones1, value=1.0)
     g_row = nl.ndarray((1, 4096), dtype=nl.float32, buffer=nl.sbuf)
@@ -35,25 +34,25 @@ def layernorm(x, g, b):
         bc1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
         nisa.memset(dst=bc1, value=0.0)
         nisa.nc_matmul(dst=bc1, stationary=ones1, moving=g_row[0:1, i_c * 512:i_c * 512 + 512])
-        nisa.tensor_copy(dst=g_rows[0:128, i_c * 512:i_c * 512 + 512], src=bc1)
-    # pass 1: sum, div, sub, mul, mul, sum, div, add, sqrt, div, add  (rows 128 x 2 per block, n_tile 512, n_block all)
-    for i_rb in nl.affine_range(4):
-        for i_r in nl.affine_range(2):
-            x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:4096])
-            add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            # sum, div, sub, mul, mul, sum, div, add, sqrt, div, add: 9 instruction(s), proved; fused activation+activation_reduce->activation_reduce, tensor_scalar+activation->tensor_scalar
-            t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.copy, reduce_op=nl.add)
-            nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, op0=nl.divide, engine=nisa.engine.gpsimd)
-            nisa.tensor_scalar(dst=t[0:128, 0:4096], data=x_t[0:128, 0:4096], operand0=t1[0:128, 0:1], op0=nl.subtract, engine=nisa.engine.gpsimd)
-            t2 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.tensor_tensor(dst=t2[0:128, 0:4096], data1=t[0:128, 0:4096], data2=g_rows[0:128, 0:4096], op=nl.multiply)
-            nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
-            nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, operand1=1e-06, op0=nl.divide, op1=nl.add, engine=nisa.engine.gpsimd)
-            nisa.activation(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], op=nl.sqrt)
-            nisa.tensor_scalar(dst=t[0:128, 0:4096], data=t2[0:128, 0:4096], operand0=t1[0:128, 0:1], op0=nl.divide, engine=nisa.engine.gpsimd)
-            nisa.tensor_tensor(dst=add1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=b_rows[0:128, 0:4096], op=nl.add)
-            nisa.dma_copy(dst=out[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:4096], src=add1[0:128, 0:4096])
+        nisa.tensor_copy(dst=g_rows[0:128, i_c * 512:i_c * 512 + 512], src=bc1, engine=nisa.engine.vector)
+    # pass 1: sum, div, sub, mul, mul, sum, div, add, sqrt, div, add  (rows 128 x 1 per block)
+    for i_rb in nl.affine_range(8):
+        i_r = 0
+        x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
+        add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        # sum, div, sub, mul, mul, sum, div, add, sqrt, div, add: 9 instruction(s), proved; fused activation+activation_reduce->activation_reduce, tensor_scalar+activation->tensor_scalar
+        t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.copy, reduce_op=nl.add)
+        nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, op0=nl.divide, engine=nisa.engine.gpsimd)
+        nisa.tensor_scalar(dst=t[0:128, 0:4096], data=x_t[0:128, 0:4096], operand0=t1[0:128, 0:1], op0=nl.subtract, engine=nisa.engine.gpsimd)
+        t2 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t2[0:128, 0:4096], data1=t[0:128, 0:4096], data2=g_rows[0:128, 0:4096], op=nl.multiply)
+        nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
+        nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, operand1=1e-06, op0=nl.divide, op1=nl.add, engine=nisa.engine.gpsimd)
+        nisa.activation(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], op=nl.sqrt)
+        nisa.tensor_scalar(dst=t[0:128, 0:4096], data=t2[0:128, 0:4096], operand0=t1[0:128, 0:1], op0=nl.divide, engine=nisa.engine.gpsimd)
+        nisa.tensor_tensor(dst=add1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=b_rows[0:128, 0:4096], op=nl.add)
+        nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096], src=add1[0:128, 0:4096])
     return out

@@ -3,8 +3,7 @@
 sizes:    m=1024, n=4096
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   mul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
+pass 1:   mul; row tile 128 x block 1
 lowerings: mul (synthesis, proved)
 """
 import nki
@@ -16,7 +15,7 @@ import nki.language as nl
 def mul(x, y):
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: mul  (rows 128 x 1 per block, n_tile 512, n_block all)
+    # pass 1: mul  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(8):
         i_r = 0
         x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)

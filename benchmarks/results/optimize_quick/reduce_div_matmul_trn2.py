@@ -35,7 +35,7 @@ def reduce_div_matmul(x, y, w):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=lhsT[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp)
+                nisa.tensor_copy(dst=lhsT[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(4):
             w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):
@@ -49,7 +49,7 @@ def reduce_div_matmul(x, y, w):
                         nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
                     div1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                     # div: 1 instruction(s), proved
-                    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide)
+                    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide, engine=nisa.engine.scalar)
                     nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=div1[0:128, 0:512], engine=nisa.engine.gpsimd)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024], src=o[0:128, 0:1024])
     return out

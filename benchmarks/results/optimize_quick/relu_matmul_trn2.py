@@ -31,7 +31,7 @@ def relu_matmul(x, w):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=relu1[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=relu1[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=relu1[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=relu_T[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp)
+                nisa.tensor_copy(dst=relu_T[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(8):
             w1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):
@@ -43,6 +43,6 @@ def relu_matmul(x, w):
                 nisa.memset(dst=acc, value=0.0)
                 for i_kt in nl.affine_range(32):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=relu_T[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512])
+                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out

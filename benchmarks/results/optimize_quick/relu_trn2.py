@@ -3,8 +3,7 @@
 sizes:    m=1024, n=4096
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   relu; row tile 128 x block 4, matmul n tile 512, n block whole width, k tile 128, 2 column chunks per row tile
+pass 1:   relu; row tile 128 x block 4, 2 column chunks per row tile
 lowerings: relu (synthesis, proved)
 """
 import nki
@@ -16,7 +15,7 @@ import nki.language as nl
 def relu(x):
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: relu  (rows 128 x 4 per block, n_tile 512, n_block all)
+    # pass 1: relu  (rows 128 x 4 per block)
     for i_rb in nl.affine_range(2):
         for i_r in nl.affine_range(4):
             for i_c in nl.affine_range(2):

@@ -4,7 +4,7 @@ sizes:    m=1024, k=4096, n=4096
 rewrites: propagate matmul (operand 0) into div: degree 1 onto operand 0
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul, mul, sum, div, add, sqrt, div; row tile 128 x block 4, matmul n tile 512, n block 1024, k tile 128
+pass 1:   matmul, mul, sum, div, add, sqrt, div; row tile 128 x block 8, matmul n tile 512, n block 1024, k tile 128
 lowerings: add (synthesis, proved), div (synthesis, proved), matmul (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sum (synthesis, proved)
 """
 import nki
@@ -16,40 +16,40 @@ import nki.language as nl
 def rmsnorm_matmul(x, w):
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: matmul, mul, sum, div, add, sqrt, div  (rows 128 x 4 per block, n_tile 512, n_block 1024)
-    for i_rb in nl.affine_range(2):
-        sqrt_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
-        x1_T = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
-        for i_r in nl.affine_range(4):
-            x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:4096])
-            # mul, sum, div, add, sqrt: 3 instruction(s), proved
-            t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-            t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
-            nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, op0=nl.divide, engine=nisa.engine.gpsimd)
-            nisa.activation(dst=sqrt_blk[0:128, i_r:i_r + 1], data=t1[0:128, 0:1], bias=1e-06, op=nl.sqrt)
-            for i_q in nl.affine_range(8):
-                tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, i_q * 512:i_q * 512 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=x1_T[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp)
-        for i_nb in nl.affine_range(4):
-            w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
-            for i_kt in nl.affine_range(32):
-                nisa.dma_copy(dst=w1[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024])
-            for i_r in nl.affine_range(4):
-                o = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                for i_nt in nl.affine_range(2):
-                    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.memset(dst=acc, value=0.0)
-                    for i_kt in nl.affine_range(32):
-                        nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=x1_T[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
-                    div1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    # div: 1 instruction(s), proved
-                    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sqrt_blk[0:128, i_r:i_r + 1], op0=nl.divide)
-                    nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=div1[0:128, 0:512], engine=nisa.engine.gpsimd)
-                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024], src=o[0:128, 0:1024])
+    # pass 1: matmul, mul, sum, div, add, sqrt, div  (rows 128 x 8 per block, n_tile 512, n_block 1024)
+    i_rb = 0
+    sqrt_blk = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    x1_T = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
+    for i_r in nl.affine_range(8):
+        x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 1024 + i_r * 128:i_rb * 1024 + i_r * 128 + 128, 0:4096])
+        # mul, sum, div, add, sqrt: 3 instruction(s), proved
+        t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
+        nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, op0=nl.divide, engine=nisa.engine.gpsimd)
+        nisa.activation(dst=sqrt_blk[0:128, i_r:i_r + 1], data=t1[0:128, 0:1], bias=1e-06, op=nl.sqrt)
+        for i_q in nl.affine_range(8):
+            tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, i_q * 512:i_q * 512 + 128])
+            nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
+            nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
+            nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
+            nisa.tensor_copy(dst=x1_T[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
+    for i_nb in nl.affine_range(4):
+        w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(32):
+            nisa.dma_copy(dst=w1[0:128, i_kt * 1024:i_kt * 1024 + 1024], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024])
+        for i_r in nl.affine_range(8):
+            o = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+            for i_nt in nl.affine_range(2):
+                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.memset(dst=acc, value=0.0)
+                for i_kt in nl.affine_range(32):
+                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=x1_T[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 1024 + i_nt * 512:i_kt * 1024 + i_nt * 512 + 512])
+                div1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sqrt_blk[0:128, i_r:i_r + 1], op0=nl.divide, engine=nisa.engine.scalar)
+                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=div1[0:128, 0:512], engine=nisa.engine.gpsimd)
+            nisa.dma_copy(dst=out[i_rb * 1024 + i_r * 128:i_rb * 1024 + i_r * 128 + 128, i_nb * 1024:i_nb * 1024 + 1024], src=o[0:128, 0:1024])
     return out

@@ -3,8 +3,7 @@
 sizes:    m=128, h=2048
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128, 4 column chunks per row tile
+pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1, 4 column chunks per row tile
 lowerings: add (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved)
 """
 import nki
@@ -17,7 +16,7 @@ def rope(x, cos, sin):
     DT = x.dtype
     out0 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.shared_hbm)
     out1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 1 per block, n_tile 512, n_block all)
+    # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 1 per block)
     i_rb = 0
     i_r = 0
     for i_c in nl.affine_range(4):

@@ -34,7 +34,7 @@ def softmax_matmul(x, w):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=exp1[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=exp1[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=exp1[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=exp_T[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp)
+                nisa.tensor_copy(dst=exp_T[0:128, i_r * 4096 + i_q * 512:i_r * 4096 + i_q * 512 + 512], src=tp, engine=nisa.engine.scalar)
         for i_nb in nl.affine_range(8):
             w1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):
@@ -48,7 +48,7 @@ def softmax_matmul(x, w):
                     nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=exp_T[0:128, i_r * 4096 + i_kt * 128:i_r * 4096 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
                 div1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide, engine=nisa.engine.scalar)
+                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=acc[0:128, 0:512], operand0=sum_blk[0:128, i_r:i_r + 1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=div1[0:128, 0:512], engine=nisa.engine.gpsimd)
                 nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
     return out
