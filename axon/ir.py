@@ -108,6 +108,17 @@ def toposort(outputs: Iterable[Node]) -> list[Node]:
     return order
 
 
+def positional(nodes: Iterable[Node]) -> set:
+    """The values of positions only among `nodes` (topological): an arange, and what is built from
+    aranges and constants (a causal mask). A kernel evaluates them as integers, never from data."""
+    out: set = set()
+    for n in nodes:
+        if n.op is Op.IOTA or (n.op is not Op.INPUT and n.inputs and any(i in out for i in n.inputs)
+                               and all(i in out or i.op is Op.CONST for i in n.inputs)):
+            out.add(n)
+    return out
+
+
 def format_params(params) -> str:
     """`axis=1 keepdims=True` rather than the dataclass repr."""
     if is_dataclass(params):

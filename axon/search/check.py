@@ -31,7 +31,7 @@ from axon.fusion.nodes import RowWorld
 from axon.ir import Graph
 from axon.search.candidates import Candidate, emit, packed_world
 from axon.search.select import Check, check_candidate
-from axon.semantics.bounds import _symbol, kernel_reference
+from axon.semantics.bounds import kernel_reference
 from axon.tiling.build import narrow_values
 
 MIN_BLOCKS = 2  # a partial check runs at least the first and the last row block
@@ -86,7 +86,7 @@ def plan_rows(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: flo
 
 def _row_symbol(graph: Graph) -> str:
     row = RowWorld.of(graph).row
-    dim = _symbol(row)
+    dim = row.as_symbol()
     if dim is None:
         raise UnsupportedError(f"the full-size check is too large and the row dimension {row} is not one symbol "
                                "to check part of")

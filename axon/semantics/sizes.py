@@ -60,6 +60,12 @@ class Size:
             return int(self.constant)
         return None
 
+    def as_symbol(self) -> str | None:
+        """The one dimension name a size is (`kv`), else None (`2*h`, `m*k`, 8)."""
+        if len(self.terms) == 1 and len(self.terms[0][0]) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0][0]
+        return None
+
     def evaluate(self, binding: Mapping[str, int]) -> Fraction:
         total = Fraction(0)
         for monomial, coeff in self.terms:

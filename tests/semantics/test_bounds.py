@@ -171,3 +171,60 @@ def test_a_long_bf16_contraction_gets_the_probabilistic_bound_and_still_holds():
     assert one_rounding > 0.2  # the worst case of a single rounding of h: a quarter of the output
     assert tol.summary()["bound_over_ref_median"] < one_rounding / 3
     assert compare(emulate(gated.graph, inputs, "bfloat16"), want, tol).ok
+
+
+def _causal(shift: int):
+    @axon.program(q=("s", 64), k=("t", 64), v=("t", 64))
+    def causal(q, k, v):
+        x = F.where(F.arange("s")[:, None] + shift >= F.arange("t")[None, :], q @ k.T, -30000.0)
+        e = F.exp(x - x.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)) @ v
+    return causal
+
+
+def test_positions_are_exact_so_a_causal_bound_stays_tight_and_sees_a_mask_off_by_one():
+    # positions up to 1023 are not bfloat16 numbers, but a kernel compares them as integers: the
+    # mask never flips, the masked scores (-30000, far below each row's max) add no error, and the
+    # row max's own error cancels in the normalization. Scores stored in bfloat16 (|x| ~ 20, so
+    # ~0.1 absolute) really do move each probability by ~10%: that bound is wide, and honest
+    right, wrong = _causal(0), _causal(1)
+    rng = np.random.default_rng(0)
+    inputs = {n: rng.standard_normal((1024, 64)).astype(ml_dtypes.bfloat16) for n in "qkv"}
+    for narrow in (None, frozenset()):  # every intermediate in bfloat16, or in float32
+        want, tol = kernel_reference(right.graph, inputs, "bfloat16", narrow)
+        summary = tol.summary()
+        assert summary["unbounded_elements"] == 0
+        assert summary["bound_over_ref_median"] < (1.0 if narrow is None else 0.01)
+        assert compare([want[0].astype(ml_dtypes.bfloat16)], want, tol).ok
+        off_by_one = evaluate(wrong.graph, inputs)[0].astype(ml_dtypes.bfloat16)
+        assert not compare([off_by_one], want, tol).ok
+
+
+def test_a_check_that_bounds_almost_nothing_is_inconclusive_not_a_pass():
+    @axon.program(x=("m", "n"), y=("m", "n"))
+    def ratio(x, y):
+        return x / (y - 1.0)
+
+    x = np.ones((4, 50), np.float32)
+    y = np.ones((4, 50), np.float32)  # every divisor 0: no element has a finite bound
+    want, tol = kernel_reference(ratio.graph, {"x": x, "y": y}, "float32")
+    got = np.zeros((4, 50), np.float32)  # anything at all, where the reference is inf
+    c = compare([got], want, tol)
+    assert not c.ok and c.error.startswith("inconclusive: 200 of 200 output elements have no finite error bound")
+
+
+def test_a_softmax_row_max_is_a_shift_whose_error_cancels_and_no_other_max_is():
+    from axon.semantics.bounds import normalized_shifts
+
+    @axon.program(x=("m", "n"), v=("n", "d"))
+    def attend(x, v):
+        e = F.exp(x - x.max(axis=-1, keepdims=True))
+        return (e @ v) / e.sum(axis=-1, keepdims=True)  # the normalization after the matmul
+
+    @axon.program(x=("m", "n"))
+    def unnormalized(x):
+        return F.exp(x - x.max(axis=-1, keepdims=True))  # the shift reaches the output
+
+    assert [n.op for n in normalized_shifts(attend.graph)] == [Op.REDUCE_MAX]
+    assert not normalized_shifts(unnormalized.graph)
+    assert len(normalized_shifts(SUITE["softmax"].program.graph)) == 1
