@@ -1,4 +1,4 @@
-"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite"), and scaled attention, as axon
+"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite"), scaled and causal attention, as axon
 programs with shape cases.
 
 Every benchmark has: `small` (CI-sized), `quick` (the representative case of the quick grid),
@@ -11,7 +11,9 @@ softmax(q k^T) v without a 1/sqrt(d) scale, as the suite defines it, with query 
 as (kv heads, group) sharing each kv head by broadcasting; its cases include prefill and decode
 (1 to 16 query rows per head against up to 32768 keys) at Llama-3 head counts. `attention` is
 the same with the 1/sqrt(d) scale of deployed models, at their head dim d = 128 (a literal: the
-scale is a number). rmsnorm_matmul's `*_qkv` cases are RMSNorm followed by Llama-3's fused QKV
+scale is a number). `causal_gqa` is gqa with a causal mask (axon.where on axon.arange; query row
+i at context position i + t - s, masked scores -30000) at prefill cases s = t = 2048 and 8192.
+rmsnorm_matmul's `*_qkv` cases are RMSNorm followed by Llama-3's fused QKV
 projection (n = (heads + 2 kv heads) x 128).
 """
 from __future__ import annotations
@@ -159,6 +161,16 @@ def attention(q, k, v):
     return _softmax((q @ k.transpose(0, 1, 3, 2)) * HEAD_DIM ** -0.5) @ v
 
 
+MASKED = -30000.0  # a masked score: exp(MASKED - row max) is 0 in float32 for any row max above -29900
+
+
+@program(q=("kv", "g", "s", "d"), k=("kv", 1, "t", "d"), v=("kv", 1, "t", "d"))
+def causal_gqa(q, k, v):
+    # query row i sits at position i + t - s of the context (prefill: s = t) and sees keys up to it
+    visible = F.arange("s")[:, None] + (k.shape[2] - q.shape[2]) >= F.arange("t")[None, :]
+    return _softmax(F.where(visible, q @ k.transpose(0, 1, 3, 2), MASKED)) @ v
+
+
 # --- shape cases ---------------------------------------------------------------------------
 def _grid(**axes) -> dict[str, dict[str, int]]:
     names = list(axes)
@@ -199,6 +211,12 @@ ATTENTION = {"small": {"kv": 2, "g": 2, "s": 128, "t": 128}, "quick": {"kv": 8, 
              **{f"{model}_decode_s{s}_t{t}": {**HEADS[model], "s": s, "t": t}
                 for model in ("llama3_8b", "llama3_70b") for s in (1, 16) for t in (4096, 32768)}}
 
+# causal prefill (s = t) at Llama-3 head counts, head dim 128
+CAUSAL = {"small": {"kv": 2, "g": 2, "s": 256, "t": 256, "d": 64},
+          "quick": {**HEADS["llama3_8b"], "s": 2048, "t": 2048, "d": 128},
+          **{f"{model}_s{n}": {**HEADS[model], "s": n, "t": n, "d": 128}
+             for model in ("llama3_8b", "llama3_70b") for n in (2048, 8192)}}
+
 SUITE: dict[str, Benchmark] = {
     b.name: b
     for b in [
@@ -223,6 +241,7 @@ SUITE: dict[str, Benchmark] = {
         Benchmark("gated_mlp", "multi", gated_mlp, GATED),
         Benchmark("gqa", "multi", gqa, GQA),
         Benchmark("attention", "multi", attention, ATTENTION),
+        Benchmark("causal_gqa", "multi", causal_gqa, CAUSAL),
     ]
 }
 

@@ -44,15 +44,19 @@ INDEPENDENT = {
     "gated_mlp": lambda x, w1, w2, w3: (np_silu(x @ w1) * (x @ w2)) @ w3,
     "gqa": None,  # below: an explicit loop over heads
     "attention": None,  # the same, scaled by 1/sqrt(128)
+    "causal_gqa": None,  # the same, each query row seeing the keys up to its own position
 }
 
 
-def np_gqa(q, k, v):
-    kv, g = q.shape[:2]
+def np_gqa(q, k, v, causal=False):
+    kv, g, s = q.shape[:3]
+    t = k.shape[2]
+    visible = np.arange(s)[:, None] + (t - s) >= np.arange(t)[None, :]
     out = np.empty_like(q)
     for h in range(kv):
         for j in range(g):
-            out[h, j] = np_softmax(q[h, j] @ k[h, 0].T) @ v[h, 0]
+            scores = q[h, j] @ k[h, 0].T
+            out[h, j] = np_softmax(np.where(visible, scores, -30000.0) if causal else scores) @ v[h, 0]
     return out
 
 
@@ -60,10 +64,10 @@ def np_attention(q, k, v):
     return np_gqa(q / np.sqrt(128), k, v)
 
 
-def test_suite_has_the_papers_twenty_benchmarks_and_scaled_attention():
-    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 21
+def test_suite_has_the_papers_twenty_benchmarks_scaled_and_causal_attention():
+    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 22
     families = [b.family for b in SUITE.values()]
-    assert families.count("single") == 8 and families.count("multi") == 13
+    assert families.count("single") == 8 and families.count("multi") == 14
 
 
 @pytest.mark.parametrize("name", list(SUITE))
@@ -74,7 +78,8 @@ def test_benchmark_matches_independent_numpy(name):
     if name in ("reduce_div_matmul",):
         inputs["y"] = np.abs(inputs["y"]) + 0.1  # keep the row sums away from zero
     got = program(**inputs)
-    fn = {"gqa": np_gqa, "attention": np_attention}.get(name) or INDEPENDENT[name]
+    fn = {"gqa": np_gqa, "attention": np_attention,
+          "causal_gqa": lambda q, k, v: np_gqa(q, k, v, causal=True)}.get(name) or INDEPENDENT[name]
     expected = fn(**inputs)
     got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
     assert len(got) == len(expected)
@@ -89,7 +94,8 @@ def test_case_grids(name):
     assert "small" in bench.cases and "quick" in bench.cases
     grid = [c for c in bench.cases if c not in ("small", "quick")]
     # the paper's sweeps: 25 single-operator, 27 MatMul-family shapes; attention: model configurations
-    assert len(grid) >= (25 if bench.family == "single" else 10 if name == "attention" else 27)
+    least = {"attention": 10, "causal_gqa": 4}.get(name, 25 if bench.family == "single" else 27)
+    assert len(grid) >= least
     for case, sizes in bench.cases.items():
         assert set(sizes) == set(bench.program.dims)
         assert all(128 <= v <= 151936 for d, v in sizes.items() if d in ("m", "n", "k", "t"))

@@ -124,7 +124,7 @@ def _heads(sizes) -> dict:
     return {"d": suite.HEAD_DIM, **sizes}
 
 
-def _flash_prepare(scale: float):
+def _flash_prepare(scale: float, causal: bool = False):
     def prepare(x, sizes, corpus):
         """q [kv, g, s, d] -> [1, kv*g, d, s] (query head kv_i*g + g_i uses kv head kv_i, as the
         kernel's GQA does); k [kv, 1, t, d] -> [1, kv, d, t]; v [kv, 1, t, d] -> [1, kv, t, d]."""
@@ -134,16 +134,16 @@ def _flash_prepare(scale: float):
         v = x["v"][:, 0][None]
         # the kernel's default FlashConfig (training) also writes the log-sum-exp, which the
         # benchmark does not use
-        return {"q": q, "k": k, "v": v}, {"seed": None, "softmax_scale": scale, "use_causal_mask": False,
+        return {"q": q, "k": k, "v": v}, {"seed": None, "softmax_scale": scale, "use_causal_mask": causal,
                                           "mixed_precision": True}
     return prepare
 
 
-def _cte_prepare(scale: float):
+def _cte_prepare(scale: float, causal: bool = False):
     def prepare(x, sizes, corpus):
         h = _heads(sizes)
         return ({"q": x["q"].reshape(h["kv"] * h["g"], h["s"], h["d"]), "k": x["k"][:, 0], "v": x["v"][:, 0]},
-                {"scale": scale, "causal_mask": False, "tp_q": True, "tp_k": True})
+                {"scale": scale, "causal_mask": causal, "tp_q": True, "tp_k": True})
     return prepare
 
 
@@ -159,9 +159,12 @@ def _gqa_refuses(sizes, dtype):
 
 
 _FLASH = ("q as [1, kv*g, d, s], k as [1, kv, d, t], v as [1, kv, t, d] (transposed on the host), SPMD grid "
-          "[1, kv] as the kernel's GQA usage says; no causal mask; default FlashConfig")
+          "[1, kv] as the kernel's GQA usage says; default FlashConfig")
 _CTE = ("q as [kv*g, s, d] (tp_q), k as [kv, t, d] (tp_k), v as [kv, t, d]: reshapes only, its native GQA "
-        "(query batch b reads kv batch b // g); causal_mask = False")
+        "(query batch b reads kv batch b // g)")
+# (benchmark, softmax scale, its label, causal): the attention benchmarks AWS's kernels compute
+_ATTENTION = (("gqa", 1.0, "1", False), ("attention", suite.HEAD_DIM ** -0.5, "1/sqrt(128)", False),
+              ("causal_gqa", 1.0, "1", True))
 
 
 # --- NKIBench: shape-specialised float32 kernels with a NumPy module each -------------------------
@@ -215,12 +218,13 @@ _KERNELS = [
               "with u_out sum|x| more per 2048-column tile after the first (it carries the running sum between "
               "tiles as its last output column, in the output dtype)",
               lambda x, s, c: ({"x": x["x"]}, {}), _same, narrow_sums=lambda s: -(-s["n"] // LIBRARY_SCAN_TILE) - 1),
-    *(AwsKernel(bench, SAMPLES, REFERENCE + "attention.py", "flash_fwd", f"{_FLASH}; softmax_scale = {label}",
-                _flash_prepare(scale), _gqa_finish, _gqa_refuses, lambda s: (1, s["kv"]))
-      for bench, scale, label in (("gqa", 1.0, "1"), ("attention", suite.HEAD_DIM ** -0.5, "1/sqrt(128)"))),
+    *(AwsKernel(bench, SAMPLES, REFERENCE + "attention.py", "flash_fwd",
+                f"{_FLASH}; softmax_scale = {label}; use_causal_mask = {causal}",
+                _flash_prepare(scale, causal), _gqa_finish, _gqa_refuses, lambda s: (1, s["kv"]))
+      for bench, scale, label, causal in _ATTENTION),
     *(AwsKernel(bench, LIBRARY, "src/nkilib_src/nkilib/core/attention/attention_cte.py", "attention_cte",
-                f"{_CTE}; scale = {label}", _cte_prepare(scale), _gqa_finish)
-      for bench, scale, label in (("gqa", 1.0, "1"), ("attention", suite.HEAD_DIM ** -0.5, "1/sqrt(128)"))),
+                f"{_CTE}; scale = {label}; causal_mask = {causal}", _cte_prepare(scale, causal), _gqa_finish)
+      for bench, scale, label, causal in _ATTENTION),
     _nkibench("rmsnorm_matmul", "rmsnorm_matmul_M4096_N2048_K1024", {"M": "m", "N": "n", "K": "k"}, ("x", "w"),
               "no eps"),
     _nkibench("silu", "silu_M4096_N7168", {"M": "m", "N": "n"}, ("x",), "x"),

@@ -8,6 +8,9 @@ free axis. `RowWorld.of(graph)` finds R and classifies each node:
   * vectors: rank-1 inputs (or leading-unit rows) broadcast across rows, e.g. a norm's gain g[n];
   * weights: the right operand of a matmul, an input (or the transpose of one) without R;
   * views: transposes and strided slices of inputs, absorbed into the loads that read them;
+  * indices: functions of positions only (`axon.arange`, its reshapes, comparisons and sums of
+    them with constants, e.g. a causal mask): nothing is loaded, an instruction that evaluates
+    an affine predicate of its tile's positions reads them (tiling.positions);
   * constants.
 
 `groups(world, mode)` partitions the compute nodes into passes; values that cross passes make an
@@ -27,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from axon.errors import UnsupportedError
-from axon.ir import Graph, Node
+from axon.ir import Graph, Node, positional
 from axon.semantics.ops import OP_SPECS, Op, OpKind
 from axon.semantics.sizes import Size
 
@@ -39,7 +42,7 @@ class RowWorld:
     graph: Graph
     row: Size
     batch: tuple[Size, ...]  # leading loop dimensions (those of the deepest row value)
-    roles: dict  # Node -> "row" | "vector" | "weight" | "view" | "const" | "input"
+    roles: dict  # Node -> "row" | "vector" | "weight" | "view" | "const" | "input" | "index"
 
     @staticmethod
     def of(graph: Graph) -> "RowWorld":
@@ -54,8 +57,10 @@ class RowWorld:
             if b.rank < 2 or b.shape[-2] != row:
                 raise UnsupportedError("outputs with different row dimensions cannot share one kernel")
         roles: dict[Node, str] = {}
-        for node in graph.nodes():
-            roles[node] = _role(node, row, roles)
+        nodes = graph.nodes()
+        index = positional(nodes)
+        for node in nodes:
+            roles[node] = "index" if node in index else _role(node, row, roles)
         # a weight is whatever feeds a matmul's right slot
         for node in graph.nodes():
             if node.op is Op.MATMUL:
@@ -208,7 +213,7 @@ def phases(world: RowWorld, group: Group) -> list[Phase]:
             for n in remaining:
                 if (OP_SPECS[n.op].kind is OpKind.ELEMENTWISE and ready(n)
                         and any(i in chunked for i in n.inputs)
-                        and all(i in chunked or world.is_column(i) or world.roles.get(i) in ("const", "vector")
+                        and all(i in chunked or world.is_column(i) or world.roles.get(i) in ("const", "vector", "index")
                                 for i in n.inputs)
                         and n.shape[-1] == mm.shape[-1]):
                     phase.epilogue.append(n)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
@@ -20,7 +21,8 @@ from axon.errors import UnsupportedError
 from axon.fusion.nodes import FUSION_MODES, RowWorld, groups
 from axon.ir import Graph
 from axon.semantics.ops import Op
-from axon.tiling.build import KernelBuilder, Options, Pass
+from axon.tiling.build import KernelBuilder, Options, Pass, weights_shared_from
+from axon.tiling.positions import masked_prefix, position_memories
 from axon.tiling.packing import fold_heads, pack_factors, pack_rows, packed_sizes
 from axon.tiling.space import check, concrete, default_tiling, enumerate_tilings
 
@@ -142,7 +144,11 @@ def check_lowerable(world: RowWorld, lowerer) -> None:
     for n in world.compute_nodes():
         if n.op is Op.TRANSPOSE:
             continue
-        if lowerer.lower(n) is None:
+        for x in n.inputs:
+            if world.roles.get(x) == "index" and not (n.op is Op.WHERE and x is n.inputs[0]):
+                raise UnsupportedError(f"{n.op.value} reads positions (axon.arange) as data: inside a kernel "
+                                       "they can only be the condition of axon.where (a mask)")
+        if lowerer.lower(n, position_memories(world, [n])) is None:
             raise UnsupportedError(f"no instruction sequence implements {n.op.value} "
                                    f"(shape ({', '.join(map(str, n.shape))})) on this target")
 
@@ -308,11 +314,23 @@ def static_cost(world: RowWorld, cand: Candidate, sizes, dtype: str) -> float:
         blocks = R // (t.row_tile * t.row_block)
         members = set(p.group.nodes)
         loaded = set()
-        for ph in phases(world, p.group):
+        phs = phases(world, p.group)
+        reads = batch * blocks  # weights: once per row block (a proxy for per-block work too)
+        crossing = {x for q in cand.passes if q is not p for m in q.group.nodes for x in m.inputs}
+        if masked_prefix(world, p.group, sizes, members & crossing) is not None:
+            # a causal pass: what it computes depends on how finely its row blocks follow the
+            # diagonal, which traffic cannot see; its weights are read once per iteration of the
+            # batch loops outside the ones that share them (tiling.build.weights_shared_from),
+            # so every row block size ties here and the performance model chooses
+            shared = weights_shared_from(world, phs, t, members, sizes,
+                                         lambda n: n.op is Op.INPUT or n in produced_in and produced_in[n] < pi)
+            reads = math.prod(concrete(b, sizes) for b in world.batch[:shared]) if shared < len(world.batch) \
+                else reads
+        for ph in phs:
             for mm in ph.matmuls:
                 K, N = concrete(mm.inputs[0].shape[-1], sizes), concrete(mm.shape[-1], sizes)
                 nb = t.n_block_for(N)
-                total += batch * blocks * K * N * item / eff(nb * item)
+                total += reads * K * N * item / eff(nb * item)
             for n in ph.nodes:
                 for x in n.inputs:
                     if x in members or world.roles.get(x) in ("const", "vector", "weight", "input"):

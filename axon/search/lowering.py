@@ -147,11 +147,12 @@ class Lowerer:
                                and self.target.can_emit(lw)]
         return ab, self.cache[key]
 
-    def lower(self, node: Node):
-        """The cheapest proved lowering of one operator (UnsupportedError when there is none)."""
+    def lower(self, node: Node, memories: Optional[dict] = None):
+        """The cheapest proved lowering of one operator (UnsupportedError when there is none);
+        `memories`: graph node -> memory of operands not in SBUF."""
         if node.op is Op.MATMUL:
             return self.matmul(node)
-        _, found = self._lowerings([node], [node])
+        _, found = self._lowerings([node], [node], _memories_for([node], [node], memories))
         found = [lw for lw in found if not _reads_transposed(lw)]
         if not found:
             self._fail(f"{node.op.value}({', '.join(i.op.value for i in node.inputs)})")

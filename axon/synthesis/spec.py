@@ -25,6 +25,9 @@ from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import Size
 
 SBUF, PSUM, HBM = "sbuf", "psum", "hbm"
+# not a memory: a predicate of the tile's positions (tiling.positions), which an instruction that
+# evaluates it on the fly reads in place of a tile; no other slot accepts it
+AFFINE = "affine"
 ON_CHIP = frozenset({SBUF, PSUM})
 
 

@@ -34,7 +34,7 @@ from axon.semantics.sizes import Size, bind_shape
 from axon.synthesis.lowering import PROVED, UNPROVED, Arg, Lowering, Step
 from axon.synthesis.pattern import Abstraction, abstract, pattern_constraints, pattern_inputs, pattern_nodes
 from axon.synthesis.sketch import ONE, OpsCache, Value, instances, ops_with_layout
-from axon.synthesis.spec import ISA, SBUF, Form, Hole, Inexpressible, InstructionSpec, Slot, const_node
+from axon.synthesis.spec import HBM, ISA, SBUF, Form, Hole, Inexpressible, InstructionSpec, Slot, const_node
 
 S = ScalarOp
 # Decompositions that let an instruction sequence use operations the pattern does not name, as
@@ -172,6 +172,13 @@ class Synthesizer:
                 break
         self.stats[status] += 1
         return (PROVED if status == "proved" else status), total, "; ".join(asked)
+
+
+def _moves_to_sbuf(spec, holes, args) -> bool:
+    """A copy out of another memory into SBUF (a PSUM chunk for an instruction that cannot read
+    PSUM): it computes nothing, but a later step may need its operand where it puts it."""
+    return spec.out_memory(holes) == SBUF and any(v.memory not in (SBUF, HBM) for v in args.values()
+                                                  if not v.is_const)
 
 
 def tile_form(pattern):
@@ -368,7 +375,8 @@ class _Search:
         except Inexpressible:
             self.stats["pruned_inexpressible"] += 1
             return None
-        if all(any(o is v.node or o == v.node for v in args.values()) for o in outs.values()):
+        if all(any(o is v.node or o == v.node for v in args.values()) for o in outs.values()) \
+                and not _moves_to_sbuf(spec, holes, args):
             self.stats["pruned_copy"] += 1  # computes nothing: every output is one of its operands
             return None
         return _Inst(spec, holes, args, outs)
@@ -458,7 +466,8 @@ class _Search:
                 refs = self._match([s1, s2])
                 if refs is None:
                     self.stats["pruned_numeric"] += 1
-                elif not covered(self.required, s1.ops | s2.ops) or covered(self.required, self._own_ops(s2, s1)):
+                elif not covered(self.required, s1.ops | s2.ops) or (
+                        covered(self.required, self._own_ops(s2, s1)) and not _moves_to_sbuf(s1.spec, s1.holes, s1.args)):
                     self.stats["pruned_ops"] += 1  # incomplete, or the first step adds nothing needed
                 elif self._minimal(s2):
                     yield [s1, s2], refs

@@ -23,6 +23,8 @@ tilings and the lowerings' steps.
 """
 from __future__ import annotations
 
+import itertools
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -33,6 +35,7 @@ from axon.fusion.nodes import (ONE, Group, RowWorld, chunk_plan, combine_identit
 from axon.ir import Node, input_node, make_node
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import Op
+from axon.tiling.positions import masked_prefix, position_memories, predicate
 from axon.tiling.space import Tiling, chunk_dim, concrete
 
 
@@ -118,6 +121,8 @@ class KernelBuilder:
         the kernel runs only the row blocks inside them (a numerical check's kernel: the same code
         and HBM addressing as the full kernel, on part of its rows)."""
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
+        self.program_sizes = dict(sizes)  # never rebound (self.sizes is, for a causal pass's row blocks)
+        self.block_runs = None  # row blocks the full kernel runs in the loop being emitted (None: all)
         self.rows = rows
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
         if hasattr(emitter, "balance"):
@@ -171,7 +176,11 @@ class KernelBuilder:
             self.vectors[v] = em.fresh(f"{v.params.name}_rows")
             em.broadcast_vector(self.vectors[v], v.params.name, self.cols(v), self.rows_tile())
         for pi, p in enumerate(self.passes):
-            self.emit_pass(pi, p, consumers, owner)
+            prefix = self._masked_prefix(p)
+            if prefix is None:
+                self.emit_pass(pi, p, consumers, owner)
+            else:
+                self.emit_pass_prefixed(pi, p, prefix, consumers, owner)
         return em.finish(out_names)
 
     def rows_tile(self) -> int:
@@ -223,7 +232,8 @@ class KernelBuilder:
             ctx.append(em.loop(f"i_b{j}", self.c(size)))
             ctx[-1].__enter__()
         # a pass's tiles die with it: a one-block pass of several is still a (one-iteration) loop
-        with em.loop("i_rb", R // (P * BM), scoped=len(self.passes) > 1, only=self._blocks(P * BM)):
+        with em.loop("i_rb", R // (P * BM), scoped=len(self.passes) > 1, only=self._blocks(P * BM),
+                     runs=self.block_runs):
             rows0 = ("i_rb", P * BM)
             block: dict[Node, str] = {}
             trans: dict[Node, tuple[str, int, str]] = {}  # node -> (tile, k_tiles, layout)
@@ -244,26 +254,36 @@ class KernelBuilder:
         for c in reversed(ctx):
             c.__exit__(None, None, None)
 
+    # -- causal passes: each row block computes only the columns it can see -------------------
+    def _masked_prefix(self, p: Pass):
+        """tiling.positions.masked_prefix of a pass (None: the pass computes whole rows)."""
+        stored = {n for n in p.group.nodes if n in self.hbm or n in self.outputs}
+        return masked_prefix(self.w, p.group, self.sizes, stored)
+
+    def emit_pass_prefixed(self, pi: int, p: Pass, prefix, consumers, owner):
+        """The pass once per run of row blocks that see the same columns: with the column symbol
+        bound to that width, so the masked tiles beyond it are neither loaded nor computed."""
+        t, full, rows = p.tiling, self.sizes[prefix.dim], self.rows
+        block = t.row_tile * t.row_block
+        quantum = math.lcm(t.n_tile_for(full), t.k_tile, t.n_block if 0 < t.n_block < full else 1)
+        widths = [prefix.width(b * block, block, full, quantum) for b in range(self.c(self.w.row) // block)]
+        try:
+            for width, run in itertools.groupby(enumerate(widths), key=lambda e: e[1]):
+                run = [b for b, _ in run]
+                span = (run[0] * block, (run[-1] + 1) * block)
+                self.rows = [span] if rows is None else [(max(a, span[0]), min(b, span[1])) for a, b in rows
+                                                         if min(b, span[1]) > max(a, span[0])]
+                if not self.rows:
+                    continue
+                self.em.comment(f"rows {span[0]}:{span[1]} see {prefix.dim} columns 0:{width} of {full}: "
+                                "the masked tiles beyond are skipped")
+                self.sizes[prefix.dim], self.block_runs = width, len(run)
+                self.emit_pass(pi, p, consumers, owner)
+        finally:
+            self.sizes[prefix.dim], self.rows, self.block_runs = full, rows, None
+
     def _weights_shared_from(self, phs, t: Tiling, members) -> int:
-        """The first batch loop none of the pass's matmul weights varies over (len(batch): none),
-        when every weight is an HBM value loaded whole (all of K, one block of N): the weight
-        blocks are then loaded once, outside those loops, and shared by their iterations (the kv
-        head's K and V, shared by the query heads of its group)."""
-        wb = self.w.batch
-        mms = [mm for ph in phs if ph.kind != "row" for mm in ph.matmuls]
-        if not mms:
-            return len(wb)
-        first = 0
-        for mm in mms:
-            B = mm.inputs[1]
-            src = view_source(B) if self.w.roles.get(B) == "view" else B
-            K, N = self.cols(mm.inputs[0]), self.cols(mm)
-            if src in members or src not in self.hbm or t.k_block_for(K) < K or t.n_block_for(N) < N:
-                return len(wb)
-            nb = src.rank - 2
-            varies = [len(wb) - nb + j for j in range(nb) if self.c(src.shape[j]) != 1]
-            first = max([first] + [j + 1 for j in varies])
-        return first
+        return weights_shared_from(self.w, phs, t, members, self.sizes, lambda n: n in self.hbm)
 
     def _load_shared_weights(self, phs, t: Tiling) -> None:
         em = self.em
@@ -313,6 +333,9 @@ class KernelBuilder:
             return here[x]
         if role == "const":
             return const_value(x.params.value, self.sizes)
+        if role == "index":  # no tile: the predicate of this tile's positions
+            c0, width = chunk if chunk else ("0", self.cols(x))
+            return predicate(x, self.program_sizes, rows, c0, width)
         if role == "vector":
             c0, width = chunk if chunk else ("0", self.cols(x))
             return em.view(self.vectors[x], P, c0, width)
@@ -366,6 +389,9 @@ class KernelBuilder:
         destination; `split`: every width is cut in this many column chunks (element-wise passes);
         `chunk_dims` = (d, c): widths are those with the symbol d bound to c (a column chunk).
         Returns node -> tile for the needed nodes."""
+        positions = position_memories(self.w, nodes)
+        if positions:
+            memories = {**(memories or {}), **positions}
         prog = self.lowerer.program(nodes, needed, memories, alt=self.opt.lowering)
         ops = [operand(x) for x in prog.operands]
         binding = prog.binding(self.sizes)
@@ -704,17 +730,20 @@ class KernelBuilder:
         em = self.em
         P, KT = t.row_tile, t.k_tile
         col0 = _ex(("i_nb", NB), ("i_nt", NT))
+        kept = lambda n: em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT)
         if ph.epilogue:
             needed = [n for n in ph.epilogue if n in block or n in trans
                       or self._needs_store(n, consumers, owner, pi)]
+            # a value only kept for a later phase is written into its block buffer at once
+            only_kept = lambda n: n in block and n not in trans and not self._needs_store(n, consumers, owner, pi)
             here.update(self.run_program(
                 ph.epilogue, needed,
                 lambda x: self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)),
-                lambda n: em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT), P,
+                lambda n: kept(n) if only_kept(n) else em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT), P,
                 chunk=(N, NT), memories={mm: "psum" for mm in ph.matmuls}))
         for n in ph.nodes:
-            if n in block:
-                em.copy(em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT), here[n])
+            if n in block and here[n] != kept(n):
+                em.copy(kept(n), here[n])
             if n in trans:
                 ttile, tk, _ = trans[n]
                 em.transpose_into(ttile, here[n], P, KT, NT // KT, "i_r",
@@ -731,6 +760,28 @@ class KernelBuilder:
         name = self.hbm[src]
         idx = self._batch_prefix(src) + [f"{r0}:{r0} + {nr}", f"{c0}:{c0} + {nc}"]
         return f"{name}[{', '.join(idx)}]"
+
+
+def weights_shared_from(world: RowWorld, phs, t: Tiling, members, sizes, in_hbm) -> int:
+    """The first batch loop none of a pass's matmul weights varies over (len(batch): none), when
+    every weight is an HBM value (`in_hbm`) loaded whole (all of K, one block of N): the weight
+    blocks are then loaded once, outside those loops, and shared by their iterations (the kv
+    head's K and V, shared by the query heads of its group)."""
+    wb = world.batch
+    mms = [mm for ph in phs if ph.kind != "row" for mm in ph.matmuls]
+    if not mms:
+        return len(wb)
+    first = 0
+    for mm in mms:
+        B = mm.inputs[1]
+        src = view_source(B) if world.roles.get(B) == "view" else B
+        K, N = concrete(mm.inputs[0].shape[-1], sizes), concrete(mm.shape[-1], sizes)
+        if src in members or not in_hbm(src) or t.k_block_for(K) < K or t.n_block_for(N) < N:
+            return len(wb)
+        nb = src.rank - 2
+        varies = [len(wb) - nb + j for j in range(nb) if concrete(src.shape[j], sizes) != 1]
+        first = max([first] + [j + 1 for j in varies])
+    return first
 
 
 def _group_of(phase) -> Group:

@@ -196,3 +196,16 @@ def test_deterministic():
     a = Synthesizer(TRN2_ISA, False).lower(p, exhaustive=True)
     b = Synthesizer(TRN2_ISA, False).lower(p, exhaustive=True)
     assert [str(x) for x in a] == [str(y) for y in b]
+
+
+def test_where_on_positions_is_affine_select_and_on_data_has_no_lowering(synth):
+    mask, x = _inp("a0", "d0", "d1"), _inp("a1", "d0", "d1")
+    pattern = make_node(Op.WHERE, [mask, x, const_node(-30000.0)])
+    (lw,) = synth.lower(pattern, operand_memories={"a0": "affine"})[:1]
+    assert _names(lw) == ["affine_select"] and lw.proved
+    _check_meaning(synth, lw)
+    # GpSimd cannot read PSUM: a matmul's chunk is moved to SBUF first, a copy the pruning keeps
+    (lw,) = synth.lower(pattern, operand_memories={"a0": "affine", "a1": "psum"})[:1]
+    assert _names(lw)[-1] == "affine_select" and len(lw.steps) == 2 and lw.proved
+    # a mask that is a tile of data: no instruction selects on it
+    assert not synth.lower(pattern)

@@ -8,7 +8,8 @@ onto the partition axis is a Tensor Engine `nc_transpose` into PSUM (four 128-bl
 evacuated by one `tensor_copy`, a vector broadcast across partitions is a one-row matmul against
 ones. Operators are printed only from the synthesized programs handed in (`program`, `matmul`):
 each instruction name maps to its `nisa` call, slots and holes (the synthesizer's names) to
-keywords; a constant in a tile-only slot is a memset tile.
+keywords; a constant in a tile-only slot is a memset tile; a predicate of the tile's positions
+(tiling.positions) is affine_select's pattern, offset, channel_multiplier and cmp_op.
 
 Invariant: the same calls give byte-identical source (names come from a per-kernel counter).
 """
@@ -20,12 +21,13 @@ from contextlib import contextmanager
 from axon.errors import UnsupportedError
 from axon.semantics.scalar import ScalarOp
 from axon.targets.trainium.isa import nki_name
+from axon.tiling.positions import Predicate
 
 _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
 # instructions whose nisa call `steps` can print (slots and holes map to keyword arguments)
 EMITTABLE = {"activation", "tensor_scalar", "tensor_tensor", "tensor_reduce", "tensor_tensor_scan", "reciprocal",
              "tensor_copy", "scalar_tensor_tensor", "activation_reduce", "nc_matmul",
-             "nc_transpose"}
+             "nc_transpose", "affine_select"}
 _PSUM_BANK_BYTES = 2048
 
 
@@ -91,29 +93,33 @@ class NkiEmitter:
         self.line(f"# {text}")
 
     @contextmanager
-    def loop(self, var: str, count: int, sequential: bool = False, scoped: bool = False, only=None):
+    def loop(self, var: str, count: int, sequential: bool = False, scoped: bool = False, only=None, runs=None):
         """`sequential`: iterations depend on each other (a carried value): nl.sequential_range;
         `scoped`: a loop even for one iteration, so the tiles allocated in it die with it; `only`:
-        the iteration values to run, of the `count` (a check's kernel on part of the rows)."""
-        # placement weighs work by the full loop count, `only` or not: a check's kernel places
-        # every instruction where the kernel it checks does
+        the iteration values to run, of the `count` (a causal pass's row blocks, a check's kernel
+        on part of the rows); `runs`: how many the kernel runs (default `count`)."""
+        # placement weighs work by what the full kernel runs: a check's kernel places every
+        # instruction where the kernel it checks does
         trips = self.trips
-        self.trips = trips * count
+        self.trips = trips * (count if runs is None else runs)
+        kind = "sequential_range" if sequential else "affine_range"
+        values = tuple(range(count)) if only is None else tuple(only)
+        contiguous = bool(values) and values == tuple(range(values[0], values[0] + len(values)))
+        opened = not (contiguous and len(values) == 1 and not scoped)
         try:
-            if only is not None:
-                self.line(f"for {var}_k in nl.{'sequential_range' if sequential else 'affine_range'}({len(only)}):")
-                self.depth += 1
-                self.line(f"{var} = {tuple(only)}[{var}_k]  # {len(only)} of {count} iterations")
-            elif count == 1 and not scoped:
-                self.line(f"{var} = 0")
+            if not opened:
+                self.line(f"{var} = {values[0]}")
+            elif contiguous:
+                bounds = f"{values[0]}, {values[-1] + 1}" if values[0] else f"{len(values)}"
+                self.line(f"for {var} in nl.{kind}({bounds}):")
             else:
-                self.line(f"for {var} in nl.{'sequential_range' if sequential else 'affine_range'}({count}):")
-                self.depth += 1
+                self.line(f"for {var}_k in nl.{kind}({len(values)}):")
+                self.line(f"    {var} = {values}[{var}_k]  # {len(values)} of {count} iterations")
+            self.depth += opened
             yield
         finally:
             self.trips = trips
-            if only is not None or count != 1 or scoped:
-                self.depth -= 1
+            self.depth -= opened
 
     # -- kernel frame -----------------------------------------------------------------------
     def begin(self, name: str, params: list[str], header: list[str]) -> None:
@@ -199,7 +205,8 @@ class NkiEmitter:
     # instructions only one engine runs, with their cycles per element: they load it too
     _FIXED = {"tensor_reduce": ("vector", 1.0), "scalar_tensor_tensor": ("vector", 2.0),
               "tensor_tensor_scan": ("vector", 2.0), "tensor_scalar_reduce": ("vector", 1.0),
-              "activation": ("scalar", 1.0), "activation_reduce": ("scalar", 1.0)}
+              "activation": ("scalar", 1.0), "activation_reduce": ("scalar", 1.0),
+              "affine_select": ("gpsimd", 1.0)}
     _READS_DATA = ("tensor_reduce", "tensor_scalar_reduce", "activation_reduce")  # N is the input's width
     _DST = re.compile(r"^nisa\.(\w+)\(dst=(\w+\[0:\d+, [^\]]+\])")
 
@@ -392,6 +399,9 @@ class NkiEmitter:
                 sl = next((x for x in spec.slots if x.name == slot), None)
                 takes_tile = sl is not None and Form.IMMEDIATE not in sl.forms
                 v = self._program_arg(arg, operands, vals, binding)
+                if isinstance(v, Predicate):  # evaluated on the fly from the tile's positions
+                    kwargs.extend(self._predicate_args(v))
+                    continue
                 if isinstance(v, (int, float)) and takes_tile:
                     v = self.view(self._const_tile(float(v), partitions, width), partitions, "0", width)
                 elif isinstance(v, (int, float)):
@@ -444,6 +454,12 @@ class NkiEmitter:
             for o in outs:  # a value nothing reads is dead at once
                 if o in temps and o not in last:
                     free.append((temps[o][1], temps.pop(o)[0]))
+
+    @staticmethod
+    def _predicate_args(pred) -> list[str]:
+        """nisa.affine_select's predicate cmp_op(offset + channel_multiplier * p + step * f, 0)."""
+        return [f"pattern=[[{pred.col}, {pred.width}]]", f"offset={pred.offset}",
+                f"channel_multiplier={pred.row}", f"cmp_op=nl.{nki_name(pred.cmp)}"]
 
     def _program_arg(self, arg, operands, vals, binding):
         if arg.kind == "operand":

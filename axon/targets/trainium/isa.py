@@ -16,6 +16,8 @@ Each meaning restates the nki.isa docstring's formula in the frontend's operator
                        here for op0 = op1 = add (initial + cumsum(data0 + data1)) and for
                        op0 = multiply with data0 = 1 (initial + cumsum(data1)); other hole
                        values are outside the fragment (Inexpressible)
+  affine_select        where(pred, on_true_tile, on_false_value), pred an affine comparison of the
+                       tile's positions evaluated on the fly; on_false_value an f32 immediate (GpSimd)
   reciprocal           1 / data                                                      (Vector)
   tensor_copy          data                                                (Vector/Scalar/GpSimd)
   dma_copy             src, between HBM and SBUF                                        (DMA)
@@ -33,7 +35,7 @@ from typing import Mapping
 from axon.semantics.ops import AxisParams, Op
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.synthesis.lowering import arg_key
-from axon.synthesis.spec import (HBM, ISA, PSUM, SBUF, SWAP, Form, Hole, Inexpressible, InstructionSpec, Slot, alu,
+from axon.synthesis.spec import (AFFINE, HBM, ISA, PSUM, SBUF, SWAP, Form, Hole, Inexpressible, InstructionSpec, Slot, alu,
                                  apply, reduce_free, unary)
 from axon.targets.trainium.hardware import TRN1, TRN2, HardwareDescription
 
@@ -141,6 +143,10 @@ def _scan(h, x):
     return {"out": apply(Op.ADD, apply(Op.CUMSUM, body, params=AxisParams(1)), x["initial"])}
 
 
+def _affine_select(h, x):
+    return {"out": apply(Op.WHERE, x["pred"], x["on_true_tile"], x["on_false_value"])}
+
+
 def _reciprocal(h, x):
     return {"out": apply(Op.RECIPROCAL, x["data"])}
 
@@ -207,6 +213,12 @@ TENSOR_TENSOR_SCAN = InstructionSpec(
     (Slot("data0", TILE | FILL), Slot("data1", TILE | FILL), Slot("initial", COL_OR_IMM)),
     (Hole("op0", (S.ADD, S.MUL), "alu"), Hole("op1", (S.ADD,), "alu")), _scan, weight=2.0,
     doc="r[i] = (data0[i] <op0> r[i-1]) <op1> data1[i] along the free axis")
+AFFINE_SELECT = InstructionSpec(
+    "affine_select", "gpsimd",
+    (Slot("pred", TILE, memories=frozenset({AFFINE})), Slot("on_true_tile", TILE, memories=frozenset({SBUF})),
+     Slot("on_false_value", IMM)),
+    (), _affine_select, weight=1.0,
+    doc="on_true_tile where an affine predicate of the positions holds, else an immediate (GpSimd cannot reach PSUM)")
 RECIPROCAL = InstructionSpec("reciprocal", "vector", (Slot("data", TILE),), (), _reciprocal, weight=8.0,
                              doc="1 / data on the Vector engine")
 TENSOR_COPY = InstructionSpec("tensor_copy", "vector", (Slot("data", TILE),), (), _copy,
@@ -217,7 +229,8 @@ DMA_TRANSPOSE = InstructionSpec("dma_transpose", "dma", (Slot("data", TILE, memo
                                 _transpose, weight=4.4, doc="a transposing DMA (NeuronCore-v3 and later)")
 
 COMMON = (NC_MATMUL, ACTIVATION, ACTIVATION_REDUCE, TENSOR_SCALAR, TENSOR_TENSOR, SCALAR_TENSOR_TENSOR,
-          TENSOR_SCALAR_REDUCE, TENSOR_REDUCE, TENSOR_TENSOR_SCAN, RECIPROCAL, NC_TRANSPOSE, TENSOR_COPY, DMA_COPY)
+          TENSOR_SCALAR_REDUCE, TENSOR_REDUCE, TENSOR_TENSOR_SCAN, RECIPROCAL, NC_TRANSPOSE, TENSOR_COPY, DMA_COPY,
+          AFFINE_SELECT)
 TRN1_ISA = ISA("trn1", COMMON, {"hardware": TRN1})
 TRN2_ISA = ISA("trn2", COMMON + (DMA_TRANSPOSE,), {"hardware": TRN2})
 INSTRUCTIONS = TRN2_ISA.instructions

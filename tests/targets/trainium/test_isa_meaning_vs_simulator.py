@@ -25,10 +25,11 @@ from axon.semantics.scalar import ScalarOp
 from axon.semantics.sizes import shape_of
 from axon.synthesis.lowering import Arg, Step
 from axon.synthesis.sketch import hole_combinations
-from axon.synthesis.spec import HBM, PSUM, Form, Inexpressible, const_node
+from axon.synthesis.spec import AFFINE, HBM, PSUM, Form, Inexpressible, const_node
 from axon.targets.trainium import isa
 from axon.targets.trainium.emitter import NkiEmitter
 from axon.targets.trainium.simulator import simulate_source
+from axon.tiling.positions import Predicate
 
 # Shape letters of the slots; small, unequal, within every engine's limits (VectorE transposes 32x32).
 SIZES = {"P": 24, "F": 20, "K": 24, "M": 20, "N": 28}
@@ -36,6 +37,8 @@ IMMEDIATE = 0.75
 FILLS = (1.0, 0.75)  # 1.0: the value the scan meaning special-cases (data0 = 1)
 RTOL = 1e-6  # the worst case seen is 1.8e-7
 EVERY_OP = frozenset(ScalarOp)  # hole domains unrestricted: every operator the table offers
+# a slot that reads positions (memory AFFINE) gets this predicate: -5 + p - 2 f >= 0, true and false
+POSITIONS = Predicate("-5", 1, -2, SIZES["F"], ScalarOp.GE)
 SPECS = {s.name: s for table in isa.ISAS.values() for s in table.instructions}
 
 
@@ -65,6 +68,12 @@ def _operands(spec, filled, rng, magnitudes):
             continue
         letters = spec.slot(name).shape
         shape = (SIZES[letters[0]], 1) if form is Form.COLUMN else tuple(SIZES[x] for x in letters)
+        if AFFINE in spec.slot(name).memories:  # the reference reads the predicate's 0/1 values
+            p, f = np.indices(shape)
+            value = int(POSITIONS.offset) + POSITIONS.row * p + POSITIONS.col * f
+            param = f"a{len(arrays)}"
+            nodes[name], arrays[param] = input_node(param, shape_of(shape)), (value >= 0).astype(np.float32)
+            continue
         # multiples of 1/64 in [0.25, 2]: away from 0 (division), and products and sums of them are
         # exact in float32, so no rounding before a steep function (1/x near 0) is amplified;
         # signed unless the meaning is undefined there (log, sqrt)
@@ -110,6 +119,10 @@ def _kernel(spec, holes, filled, nodes, outs) -> str:
             args.append((name, Arg("const", value=node.params.value)))
             continue
         p, f = _dims(node)
+        if AFFINE in spec.slot(name).memories:  # no tile: the instruction evaluates the predicate
+            args.append((name, Arg("operand", len(operands))))
+            operands.append(POSITIONS)
+            continue
         if HBM in spec.slot(name).memories:  # a DMA reads the kernel argument itself
             view = node.params.name
         else:
