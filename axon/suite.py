@@ -1,4 +1,4 @@
-"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite"), scaled and causal attention, as axon
+"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite"), HF RoPE, scaled and causal attention, as axon
 programs with shape cases.
 
 Every benchmark has: `small` (CI-sized), `quick` (the representative case of the quick grid),
@@ -6,7 +6,8 @@ a sweep grid (25 shapes for single operators, 27 for MatMul-family kernels, size
 and model configurations (Llama-3-8B/70B, vocabularies of Llama 3 and Qwen).
 Decisions where the paper is silent: rmsnorm and layernorm carry a learned scale (and layernorm a
 bias) over the last axis; the norm inside rmsnorm_matmul has none (it is folded into W, as
-deployed models do); eps = 1e-6; RoPE returns the even and odd halves as two outputs; gqa is
+deployed models do); eps = 1e-6; RoPE returns the even and odd halves as two outputs, and
+rope_hf is Hugging Face's rotate-half form (one output, cos and sin full width); gqa is
 softmax(q k^T) v without a 1/sqrt(d) scale, as the suite defines it, with query heads grouped
 as (kv heads, group) sharing each kv head by broadcasting; its cases include prefill and decode
 (1 to 16 query rows per head against up to 32768 keys) at Llama-3 head counts. `attention` is
@@ -91,6 +92,13 @@ def cumsum(x):
 def rope(x, cos, sin):
     even, odd = x[:, 0::2], x[:, 1::2]
     return even * cos - odd * sin, odd * cos + even * sin
+
+
+@program(x=("m", "2*h"), cos=("m", "2*h"), sin=("m", "2*h"))
+def rope_hf(x, cos, sin):
+    # Hugging Face's rotate-half form: the halves swap, the first negated; cos and sin full width
+    half = x.shape[1] // 2
+    return x * cos + F.concatenate([-x[:, half:], x[:, :half]], axis=1) * sin
 
 
 @program(x=("m", "k"), w=("k", "n"))
@@ -228,6 +236,7 @@ SUITE: dict[str, Benchmark] = {
         Benchmark("layernorm", "single", layernorm, SINGLE),
         Benchmark("cumsum", "single", cumsum, CUMSUM),
         Benchmark("rope", "single", rope, ROPE),
+        Benchmark("rope_hf", "single", rope_hf, ROPE),
         Benchmark("matmul", "multi", matmul, MATMUL),
         Benchmark("transpose_matmul", "multi", transpose_matmul, MATMUL),
         Benchmark("matmul_transpose", "multi", matmul_transpose, MATMUL),

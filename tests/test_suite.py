@@ -31,6 +31,7 @@ INDEPENDENT = {
     "layernorm": lambda x, g, b: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + EPS) * g + b,
     "cumsum": lambda x: np.cumsum(x, axis=1),
     "rope": lambda x, cos, sin: (x[:, ::2] * cos - x[:, 1::2] * sin, x[:, 1::2] * cos + x[:, ::2] * sin),
+    "rope_hf": lambda x, cos, sin: x * cos + np.concatenate([-x[:, x.shape[1] // 2:], x[:, :x.shape[1] // 2]], 1) * sin,
     "matmul": lambda x, w: x @ w,
     "transpose_matmul": lambda x, w: x.T @ w,
     "matmul_transpose": lambda x, w: (x @ w).T,
@@ -64,10 +65,10 @@ def np_attention(q, k, v):
     return np_gqa(q / np.sqrt(128), k, v)
 
 
-def test_suite_has_the_papers_twenty_benchmarks_scaled_and_causal_attention():
-    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 22
+def test_suite_has_the_papers_twenty_benchmarks_hf_rope_scaled_and_causal_attention():
+    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 23
     families = [b.family for b in SUITE.values()]
-    assert families.count("single") == 8 and families.count("multi") == 14
+    assert families.count("single") == 9 and families.count("multi") == 14
 
 
 @pytest.mark.parametrize("name", list(SUITE))

@@ -161,10 +161,13 @@ class Phase:
 
 
 def is_rowwise(node: Node) -> bool:
-    """Operators that work on a [rows, C] tile: element-wise, and reductions/scans over the last axis."""
+    """Operators that work on a [rows, C] tile: element-wise, reductions/scans over the last axis,
+    concatenations along it."""
     kind = OP_SPECS[node.op].kind
     if kind is OpKind.ELEMENTWISE:
         return True
+    if node.op is Op.CONCAT:  # along the columns: assembled in the row's tile (tiling.build)
+        return node.params.axis == node.rank - 1
     if kind in (OpKind.REDUCE, OpKind.SCAN):
         return node.params.axis == node.inputs[0].rank - 1
     return False

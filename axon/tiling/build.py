@@ -36,7 +36,7 @@ from axon.ir import Node, input_node, make_node
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import Op
 from axon.tiling.positions import masked_prefix, position_memories, predicate
-from axon.tiling.space import Tiling, chunk_dim, concrete
+from axon.tiling.space import Tiling, chunk_dim, column_slice, concrete, strided_columns
 
 
 @dataclass(frozen=True)
@@ -352,17 +352,22 @@ class KernelBuilder:
         else:
             width, cols = C, f"0:{C}"
         if role == "view" and x.op is Op.SLICE:
-            # load the whole rows of the input once; the slice is a strided view of that tile
-            (_, _, _), (start, _, step) = x.params.slices[-2:]
+            # load the whole rows of the input once; the slice is a (strided) view of that tile
+            cut = column_slice(x, self.sizes)
+            if cut is None:
+                raise UnsupportedError("a slice of an input's rows or batch axes inside a kernel")
+            start, stop, step = cut
             src = view_source(x)
-            W = self.cols(src) // split  # a chunk of the slice reads the same chunk of its source
-            src_chunk = (f"i_c * {W}", W) if split > 1 else None
-            if chunk_of is not None:
-                src_chunk = chunk_of(src)
-                W = src_chunk[1]
+            src_chunk = None
+            if split > 1 or chunk_of is not None:  # a chunk of the slice reads the same chunk of its source
+                if not strided_columns(x):
+                    raise UnsupportedError("column chunks of a slice that does not span its row")
+                W = self.cols(src) // split
+                src_chunk = chunk_of(src) if chunk_of is not None else (f"i_c * {W}", W)
+                stop = src_chunk[1]
             whole = self.operand(src, here, block, members, r, P, rows, chunk=src_chunk)
             tile = whole.split("[", 1)[0]
-            here[x] = f"{tile}[0:{P}, {start}:{W}:{step}]"
+            here[x] = f"{tile}[0:{P}, {start}:{stop}:{step}]" if step != 1 else f"{tile}[0:{P}, {start}:{stop}]"
             return here[x]
         if role == "view" and x.op is not Op.SLICE:
             raise UnsupportedError(f"{x.op.value} of an input used by a row operator")
@@ -451,9 +456,8 @@ class KernelBuilder:
                 kind = "kernel" if only_t or only_stored else "f32"
                 return em.view(em.alloc(self._nm(n), P, C, kind), P, "0", C)
 
-            made = self.run_program(ph.nodes, needed, lambda x: self.operand(x, here, block, members, "i_r", P, rows,
-                                                                             chunk=chunk(x), split=CS),
-                                    dst_for, P, split=CS)
+            operand = lambda x: self.operand(x, here, block, members, "i_r", P, rows, chunk=chunk(x), split=CS)
+            made = self._run_with_concats(ph.nodes, needed, operand, dst_for, here, P, CS)
             for n in ph.nodes:
                 if n not in made:
                     continue
@@ -467,6 +471,52 @@ class KernelBuilder:
             for x, (tile, kts, _) in trans.items():
                 if x.op is Op.INPUT and x in here:  # see _transposed_in_row_phase
                     em.transpose_into(tile, here[x], P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
+
+    def _run_with_concats(self, nodes, needed, operand, dst_for, here, P: int, split: int) -> dict:
+        """`run_program` over a row phase whose concatenations (along the columns) are assembled in
+        place: the operators before each run as one program, writing the operands a concatenation
+        takes straight into its tile's column ranges; an operand made elsewhere is copied there."""
+        cats = [n for n in nodes if n.op is Op.CONCAT]
+        if not cats:
+            return self.run_program(nodes, needed, operand, dst_for, P, split=split)
+        if split > 1:
+            raise UnsupportedError("column chunks of a concatenation")
+        slot: dict[Node, list[tuple[Node, str]]] = {}  # concatenation -> (operand, its columns)
+        for c in cats:
+            base, start = self._split_view(dst_for(c))
+            here_c, off = [], 0
+            for x in c.inputs:
+                w = self.cols(x)
+                here_c.append((x, self.em.view(base, P, _ex(*start, off), w)))
+                off += w
+            slot[c] = here_c
+            here[c] = self.em.view(base, P, _ex(*start), self.cols(c))
+        into = {x: view for c in cats for x, view in slot[c] if x in nodes and x.op is not Op.CONCAT}
+        made: dict = {}
+        run: list = []
+        for n in nodes + [None]:
+            if n is not None and n.op is not Op.CONCAT:
+                run.append(n)
+                continue
+            if run:
+                rest = nodes[nodes.index(run[-1]) + 1:]
+                want = [m for m in run if m in needed or m in into or any(m in r.inputs for r in rest)]
+                made.update(self.run_program(run, want, operand, lambda m: into.get(m) or dst_for(m), P))
+                here.update(made)
+                run = []
+            if n is not None:
+                for x, view in slot[n]:
+                    if here.get(x) != view:
+                        v = operand(x)
+                        self.em.fill(view, v) if isinstance(v, (int, float)) else self.em.copy(view, v)
+                made[n] = here[n]
+        return made
+
+    def _split_view(self, view: str) -> tuple[str, tuple]:
+        """'t[0:P, a + 3:...]' -> ('t', (<a + 3>,)): a tile and the start of its columns, as _ex terms."""
+        base, cols = view.split("[", 1)
+        start = cols.split(", ", 1)[1].split(":", 1)[0]
+        return base, ((start, 1),) if start != "0" else ()
 
     # -- row phase in column chunks ---------------------------------------------------------------
     def row_phase_chunked(self, ph, t: Tiling, rows0, members, consumers, owner, pi):

@@ -29,6 +29,7 @@ from axon.errors import AxonError
 from axon.ir import Graph, Node, input_node, make_node, toposort
 from axon.semantics.ops import OP_SPECS, Op, OpKind
 from axon.semantics.sizes import Size
+from axon.tiling.space import strided_columns
 
 NARROW_ROW = 2048  # elements: rows at least this wide already make wide DMAs
 
@@ -85,8 +86,7 @@ def _row_local(n: Node) -> bool:
     if OP_SPECS[n.op].kind is OpKind.ELEMENTWISE:
         return all(x.rank == 0 or x.shape == n.shape for x in n.inputs)
     if n.op is Op.SLICE:
-        (r0, r1, rstep), (start, stop, step) = n.params.slices
-        return (r0, r1, rstep) == (0, None, 1) and stop is None and 0 <= start < step
+        return strided_columns(n)
     return False
 
 

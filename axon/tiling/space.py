@@ -94,6 +94,24 @@ DEFAULT_K_BLOCKS = (8192, 4096, 2048, 1024, 512, 256, 128)  # weight piece rows,
 NARROW_N_TILES = (256, 128)  # output columns per matmul when no bank-wide tiling fits
 
 
+def column_slice(view: Node, sizes: Mapping[str, int]) -> "tuple[int, int, int] | None":
+    """(start, stop, step) of a slice that keeps every row and cuts only the columns (the last
+    axis), at concrete sizes; None for a slice of rows or of a batch axis."""
+    *rest, (start, stop, step) = view.params.slices
+    if any(s != (0, None, 1) for s in rest):
+        return None
+    width = concrete(view.inputs[0].shape[-1], sizes)
+    return concrete(start, sizes), width if stop is None else min(concrete(stop, sizes), width), step
+
+
+def strided_columns(view: Node) -> bool:
+    """A column slice over the whole row that starts inside its first step (x[:, 1::2]): each
+    column chunk of it reads the same chunk of its source."""
+    *rest, (start, stop, step) = view.params.slices
+    whole = stop is None or stop == view.inputs[0].shape[-1]
+    return all(s == (0, None, 1) for s in rest) and whole and isinstance(start, int) and 0 <= start < step
+
+
 def col_splits(world: RowWorld, group: Group, sizes: Mapping[str, int], splits: Iterable[int] = DEFAULT_COL_SPLITS,
                dsize: int = 2) -> list[int]:
     """Column splits a pass admits: only element-wise operators (a chunk of columns is computed
@@ -108,10 +126,7 @@ def col_splits(world: RowWorld, group: Group, sizes: Mapping[str, int], splits: 
         for x in n.inputs:
             role = world.roles.get(x)
             if role == "view":
-                if x.op is not Op.SLICE:
-                    return [1]
-                start, _, step = x.params.slices[-1]
-                if not (0 <= start < step):
+                if x.op is not Op.SLICE or not strided_columns(x):
                     return [1]
                 widths.append(concrete(x.shape[-1], sizes))
             elif role in ("row", "vector") and concrete(x.shape[-1], sizes) > 1:
@@ -135,12 +150,12 @@ def chunk_dim(world: RowWorld, group: Group) -> str:
         return ""
     values = list(group.nodes)
     for n in group.nodes:
-        if OP_SPECS[n.op].kind is OpKind.REDUCE and is_wide(n):
-            return ""
+        if OP_SPECS[n.op].kind is OpKind.REDUCE and is_wide(n) or n.op is Op.CONCAT:
+            return ""  # a chunk of a concatenation is no concatenation of chunks
         for x in n.inputs:
             role = world.roles.get(x)
             if role == "view":
-                if x.op is not Op.SLICE or not (0 <= x.params.slices[-1][0] < x.params.slices[-1][2]):
+                if x.op is not Op.SLICE or not strided_columns(x):
                     return ""
                 values += [x, x.inputs[0]]
             elif role in ("row", "vector"):
@@ -158,8 +173,9 @@ def chunk_dim(world: RowWorld, group: Group) -> str:
     return syms.pop() if len(syms) == 1 else ""
 
 
-def concrete(size: Size, sizes: Mapping[str, int]) -> int:
-    return size.evaluate_int(sizes)
+def concrete(size, sizes: Mapping[str, int]) -> int:
+    """A Size (or a plain int: a slice bound) at concrete sizes."""
+    return size if isinstance(size, int) else size.evaluate_int(sizes)
 
 
 def group_dims(world: RowWorld, group: Group, sizes: Mapping[str, int]) -> dict:

@@ -10,7 +10,7 @@ import axon.frontend.functions as F
 from axon.semantics.bounds import (Precision, compare, function_tolerance, gamma, kernel_reference,
                                    program_reference, unit_roundoff)
 from axon.semantics.evaluate import evaluate
-from axon.semantics.ops import OP_SPECS, Op
+from axon.semantics.ops import OP_SPECS, Op, concrete_params
 from axon.semantics.algebra import const_value
 from axon.semantics.sizes import bind_shape
 from axon.suite import SUITE
@@ -48,7 +48,7 @@ def emulate(graph, arrays, dtype):
         else:
             args = [env[x] for x in n.inputs]
             with np.errstate(all="ignore"):
-                env[n] = rnd(OP_SPECS[n.op].numpy(args, n.params, bind_shape(n.shape, binding)))
+                env[n] = rnd(OP_SPECS[n.op].numpy(args, concrete_params(n.params, binding), bind_shape(n.shape, binding)))
     return [env[o] for o in graph.outputs]
 
 
