@@ -1,4 +1,4 @@
-"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite"), HF RoPE, scaled and causal attention, as axon
+"""The 20 benchmarks (shared/axon-paper.md, "Benchmark suite"), HF RoPE, a fused-weight SwiGLU, scaled and causal attention, as axon
 programs with shape cases.
 
 Every benchmark has: `small` (CI-sized), `quick` (the representative case of the quick grid),
@@ -14,6 +14,8 @@ as (kv heads, group) sharing each kv head by broadcasting; its cases include pre
 the same with the 1/sqrt(d) scale of deployed models, at their head dim d = 128 (a literal: the
 scale is a number). `causal_gqa` is gqa with a causal mask (axon.where on axon.arange; query row
 i at context position i + t - s, masked scores -30000) at prefill cases s = t = 2048 and 8192.
+`swiglu_mlp` is gated_mlp with the gate and up projections as one [k, 2n] weight whose product
+is sliced in halves (SwiGLU with one concatenated up-projection).
 rmsnorm_matmul's `*_qkv` cases are RMSNorm followed by Llama-3's fused QKV
 projection (n = (heads + 2 kv heads) x 128).
 """
@@ -156,6 +158,14 @@ def gated_mlp(x, w1, w2, w3):
     return (F.silu(x @ w1) * (x @ w2)) @ w3
 
 
+@program(x=("m", "k"), w_gate_up=("k", "2*n"), w_down=("n", "k"))
+def swiglu_mlp(x, w_gate_up, w_down):
+    # the gate and up projections as one fused weight, as checkpoints store it (gate_up_proj)
+    u = x @ w_gate_up
+    half = u.shape[1] // 2
+    return (F.silu(u[:, :half]) * u[:, half:]) @ w_down
+
+
 @program(q=("kv", "g", "s", "d"), k=("kv", 1, "t", "d"), v=("kv", 1, "t", "d"))
 def gqa(q, k, v):
     return _softmax(q @ k.transpose(0, 1, 3, 2)) @ v
@@ -248,6 +258,7 @@ SUITE: dict[str, Benchmark] = {
         Benchmark("reduce_div_matmul", "multi", reduce_div_matmul, MATMUL),
         Benchmark("gated_projection", "multi", gated_projection, GATED),
         Benchmark("gated_mlp", "multi", gated_mlp, GATED),
+        Benchmark("swiglu_mlp", "multi", swiglu_mlp, GATED),
         Benchmark("gqa", "multi", gqa, GQA),
         Benchmark("attention", "multi", attention, ATTENTION),
         Benchmark("causal_gqa", "multi", causal_gqa, CAUSAL),

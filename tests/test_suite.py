@@ -43,6 +43,8 @@ INDEPENDENT = {
     "reduce_div_matmul": lambda x, y, w: (x / y.sum(1)[:, None]) @ w,
     "gated_projection": lambda x, w1, w2: np_silu(x @ w1) * (x @ w2),
     "gated_mlp": lambda x, w1, w2, w3: (np_silu(x @ w1) * (x @ w2)) @ w3,
+    "swiglu_mlp": lambda x, w_gate_up, w_down: (np_silu(x @ w_gate_up[:, :w_down.shape[0]])
+                                                * (x @ w_gate_up[:, w_down.shape[0]:])) @ w_down,
     "gqa": None,  # below: an explicit loop over heads
     "attention": None,  # the same, scaled by 1/sqrt(128)
     "causal_gqa": None,  # the same, each query row seeing the keys up to its own position
@@ -65,10 +67,10 @@ def np_attention(q, k, v):
     return np_gqa(q / np.sqrt(128), k, v)
 
 
-def test_suite_has_the_papers_twenty_benchmarks_hf_rope_scaled_and_causal_attention():
-    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 23
+def test_suite_has_the_papers_twenty_benchmarks_and_four_llm_kernels():
+    assert set(SUITE) == set(INDEPENDENT) and len(SUITE) == 24
     families = [b.family for b in SUITE.values()]
-    assert families.count("single") == 9 and families.count("multi") == 14
+    assert families.count("single") == 9 and families.count("multi") == 15
 
 
 @pytest.mark.parametrize("name", list(SUITE))

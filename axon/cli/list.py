@@ -6,7 +6,7 @@ import json
 from axon.suite import SUITE
 
 NAME = "list"
-HELP = "list the benchmarks (the paper's 20, HF RoPE, scaled and causal attention) and their shape cases"
+HELP = "list the benchmarks (the paper's 20, HF RoPE, a fused-weight SwiGLU, scaled and causal attention) and their shape cases"
 
 
 def add_arguments(parser) -> None:

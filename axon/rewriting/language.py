@@ -1,7 +1,8 @@
 """What operator propagation needs to know about an IR, as one value.
 
 Propagation (propagation.py) is written once against a `Language`: how to build a checked term,
-which operators are leaves, which operands may be permuted, and how to make a fresh opaque operand.
+which operators are leaves, which operands may be permuted, how to make a fresh opaque operand,
+and which operators take a part of their operand or join theirs.
 `TENSOR` is the tensor IR's; the instruction-level round (the paper's second) passes its own.
 """
 from __future__ import annotations
@@ -21,6 +22,10 @@ class Language:
     is_leaf: Callable[[Any], bool]  # inputs and constants: nothing to propagate into
     commutative: Callable[[Any], bool]  # permuting its operands only restates commutativity
     fresh: Callable[[str, Shape], Node]  # an opaque operand of a shape (a universally quantified tensor)
+    # a part of its operand (a slice): moved into a shared producer it computes only that part
+    takes_part: Callable[[Any], bool] = lambda op: False
+    # its operands side by side (a concatenation): a part of it may be one of them
+    joins: Callable[[Any], bool] = lambda op: False
 
 
 def _tensor_commutative(op) -> bool:
@@ -33,4 +38,6 @@ TENSOR = Language(
     is_leaf=lambda op: OP_SPECS[op].kind is OpKind.LEAF,
     commutative=_tensor_commutative,
     fresh=input_node,
+    takes_part=lambda op: OP_SPECS[op].takes_part,
+    joins=lambda op: OP_SPECS[op].joins,
 )

@@ -154,8 +154,10 @@ class Propagator:
                 for slot, child in enumerate(children):
                     if child == eclass.id:
                         continue
-                    if self.guards.single_user and (children.count(child) > 1 or nu.eclass(child).shared):
-                        continue  # the paper's guard: the producer has one user, in one slot
+                    if self.guards.single_user and (children.count(child) > 1 or nu.eclass(child).shared) \
+                            and not self.language.takes_part(consumer.op):
+                        continue  # the paper's guard: the producer has one user, in one slot (a slice
+                        # takes a part of it: moved inside, it computes only that part)
                     for producer in sorted(nu.eclass(child).nodes, key=repr):
                         if not self.language.is_leaf(producer.op):
                             sites.append(Site(eclass.id, consumer, slot, producer))
@@ -174,6 +176,8 @@ class Propagator:
             lhs = lang.make(consumer.op, tuple(c_args[:slot] + [inner] + c_args[slot + 1:]), consumer.params)
         except ShapeError:
             return False
+        if lang.takes_part(consumer.op) and lang.joins(producer.op):
+            return self._select(nu, site, lhs, p_args, operand, stats)
         n = len(p_args)
         orders = [tuple(range(n))]
         if n >= 2 and not lang.commutative(producer.op):
@@ -218,6 +222,26 @@ class Propagator:
             if found:
                 break
         return changed
+
+    def _select(self, nu: NuGraph, site: Site, lhs: Node, parts: list, operand, stats: Stats) -> bool:
+        """A part of joined operands (a slice of a concatenation) may be one of them: each part of
+        lhs's shape is a candidate (cloning the consumer into every part changes the shape)."""
+        for k, part in enumerate(parts):
+            if part.shape != lhs.shape:
+                stats.shape_rejected += 1
+                continue
+            stats.candidates += 1
+            proof = self._check(nu, f"select operand {k} of {site.producer.op.value} by {site.consumer.op.value}",
+                                lhs, part, stats)
+            if proof is None:
+                continue
+            nu.record(proof)
+            if proof.proved:
+                nu.union(site.consumer_class, operand.add(part, proof.id), proof)
+                nu.rebuild()
+                self._say(f"proved {proof.equation()}")
+                return True
+        return False
 
     def _check(self, nu: NuGraph, name: str, lhs: Node, rhs: Node, stats: Stats) -> Optional[ProofRecord]:
         c_lhs, c_rhs, c_constraints = canonical(lhs, rhs, nu.constraints)

@@ -22,9 +22,9 @@ from typing import Callable, Mapping, Optional, Union
 
 from axon.frontend.loading import load_program
 from axon.errors import AxonError, InputError, UnsupportedError
-from axon.fusion.nodes import FUSION_MODES
+from axon.fusion.nodes import FUSION_MODES, RowWorld
 from axon.frontend.program import Program
-from axon.search.candidates import Candidate, Counts, direct_lowering, enumerate_candidates
+from axon.search.candidates import Candidate, Counts, check_lowerable, direct_lowering, enumerate_candidates
 from axon.search.check import check as check_with_data, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
@@ -36,6 +36,7 @@ from axon.semantics.evaluate import check_constraints, dtype_named
 DEFAULT_BUDGET_S = 45.0  # ranking work, in seconds of a 2-core machine (select.WORK_PER_S: counted in
 # simulated instructions, so the same on any machine); checks and the symbolic phase come on top
 MAX_CHECKS = 3
+MORE_VARIANTS = 64  # how far past the first variants to look when none of them has a kernel
 MODEL_SHORTLIST = 32  # candidates the performance model ranks, after the static traffic estimate
 # ...and past the shortlist, while ranking has taken less than this: the static estimate counts
 # traffic only, so engine balance and lowering alternatives are the model's to judge where it is cheap
@@ -162,16 +163,20 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
 
     proofs = {"proved": 0, "refuted": 0, "unknown": 0}
     pool = []
+    lowerer = Lowerer(tgt)
     if algebra:
         say(f"{prog.name} {sizes} on {tgt.name} ({dtype}): discovering rewrites")
         nu, _stats = discover(prog.graph)
         vs = nu.extract_variants(limit=variants)
+        if not any(_lowers(v.graph, lowerer) for v in vs):
+            # none of the first variants has a kernel (a concatenation of weights, sliced): the
+            # ones past them that do join the pool
+            vs += [v for v in nu.extract_variants(limit=MORE_VARIANTS)[len(vs):] if _lowers(v.graph, lowerer)][:variants]
         for p in nu.proofs:
             key = {"PROVED": "proved", "REFUTED": "refuted"}.get(p.status, "unknown")
             proofs[key] += 1
         pool = [(v.graph, tuple(nu.proofs[i].rewrite for i in v.rewrites)) for v in vs]
     pool = pool or [(prog.graph, ())]
-    lowerer = Lowerer(tgt)
     counts = Counts()
     rewritten = sum(1 for _, chain in pool if chain)
     say(f"{len(pool)} program variant(s) (the program as written"
@@ -180,7 +185,13 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     try:
         baseline = direct_lowering(prog.name, prog.graph, sizes, tgt, dtype, lowerer)
     except UnsupportedError as err:
-        raise UnsupportedError(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
+        # the program as written has no kernel: the direct lowering of the first variant that has one
+        vi = next((i for i, (g, _) in enumerate(pool) if _lowers(g, lowerer)), None)
+        if vi is None:
+            raise UnsupportedError(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
+        baseline = direct_lowering(prog.name, pool[vi][0], sizes, tgt, dtype, lowerer)
+        baseline.variant, baseline.rewrites = vi, pool[vi][1]
+        say(f"the program as written has no kernel ({err}): the baseline is the direct lowering of variant {vi}")
     cands = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say,
                                  modes=FUSION_MODES if fusion else ("unfused",))
     base_misfit = baseline.misfit
@@ -298,6 +309,15 @@ def _stored_result(fields: dict, key: str) -> Optional[OptimizeResult]:
         return None
     r.report += f"\n  stored:   the result of an earlier run (axon cache show {key})"
     return r
+
+
+def _lowers(graph, lowerer) -> bool:
+    """Whether a kernel can be built for `graph` at all (every operator tiles and lowers)."""
+    try:
+        check_lowerable(RowWorld.of(graph), lowerer)
+        return True
+    except UnsupportedError:
+        return False
 
 
 def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, macs, say, latency_ns):

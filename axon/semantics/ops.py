@@ -112,6 +112,8 @@ class OpSpec:
     numpy: Callable[[list[np.ndarray], Params, tuple[int, ...]], np.ndarray]  # (args, params, bound out shape)
     scalar: Optional[ScalarOp] = None
     constraints: Callable[[tuple[Shape, ...], Params], tuple[SizeFact, ...]] = lambda shapes, p: ()
+    takes_part: bool = False  # its value is a part of its operand's (a slice)
+    joins: bool = False  # its value is its operands' side by side (a concatenation)
 
 
 # --- shape rules ---------------------------------------------------------------------------
@@ -392,10 +394,10 @@ OP_SPECS: dict[Op, OpSpec] = {
         OpSpec(Op.TRANSPOSE, OpKind.LAYOUT, 1, _transpose_shape, _transpose_element,
                lambda args, p, out: np.transpose(args[0], p.perm)),
         OpSpec(Op.SLICE, OpKind.LAYOUT, 1, _slice_shape, _slice_element, _numpy_slice,
-               constraints=_slice_constraints),
+               constraints=_slice_constraints, takes_part=True),
         OpSpec(Op.RESHAPE, OpKind.LAYOUT, 1, _reshape_shape, _reshape_element, _numpy_reshape),
         OpSpec(Op.CONCAT, OpKind.LAYOUT, 2, _concat_shape, _concat_element,
-               lambda args, p, out: np.concatenate(args, axis=p.axis)),
+               lambda args, p, out: np.concatenate(args, axis=p.axis), joins=True),
     ]
 }
 

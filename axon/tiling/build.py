@@ -805,7 +805,13 @@ class KernelBuilder:
                     em.copy(em.view(packs[(n, oname)], P, _ex(("i_nt", NT)), NT), here[n])
 
     def _ref_rows_cols(self, node: Node, r0: str, nr: int, c0: str, nc: int) -> str:
-        """HBM block node[.., r0:r0+nr, c0:c0+nc] (batch indices from the loops)."""
+        """HBM block node[.., r0:r0+nr, c0:c0+nc] (batch indices from the loops); of a column
+        slice of an input (a fused gate-and-up weight's half), the block of the input it reads."""
+        if node.op is Op.SLICE and self.w.roles.get(node) == "view":
+            cut = column_slice(node, self.sizes)
+            if cut is None or cut[2] != 1:
+                raise UnsupportedError("a matmul operand that is a slice of rows or a strided slice of an input")
+            c0 = _ex((c0, 1), cut[0]) if cut[0] else c0
         src = view_source(node) if self.w.roles.get(node) == "view" else node
         name = self.hbm[src]
         idx = self._batch_prefix(src) + [f"{r0}:{r0} + {nr}", f"{c0}:{c0} + {nc}"]

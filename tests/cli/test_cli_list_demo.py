@@ -12,7 +12,7 @@ def test_list_json_has_the_benchmarks_with_cases():
     result = axon("list", "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
-    assert len(rows) == 23  # the paper's 20, HF RoPE, scaled and causal attention
+    assert len(rows) == 24  # the paper's 20, HF RoPE, a fused-weight SwiGLU, scaled and causal attention
     by_name = {r["name"]: r for r in rows}
     assert by_name["matmul"]["dims"] == ["m", "k", "n"]
     assert by_name["matmul"]["cases"]["small"] == {"m": 128, "k": 256, "n": 512}

@@ -19,10 +19,19 @@ def test_there_is_no_stand_in_table():
     assert not hasattr(TARGET, "fallback_lowering")
 
 
+# as written, a slice of a computed value (u[:, :n] of u = x @ w_gate_up): only the proved rewrite
+# slice(x @ W) = x @ slice(W) has a kernel (optimize's baseline is that variant's direct lowering)
+NEEDS_A_REWRITE = {"swiglu_mlp"}
+
+
 @pytest.mark.parametrize("name", list(SUITE))
 def test_no_kernel_header_is_unchecked(name):
     b = SUITE[name]
     prog, literals = b.program.generalized()  # as optimize searches it: literal dims named
+    if name in NEEDS_A_REWRITE:
+        with pytest.raises(UnsupportedError, match="slice of a computed value"):
+            direct_lowering(name, prog.graph, {**b.sizes("small"), **literals}, TARGET, "bfloat16", Lowerer(TARGET))
+        return
     cand = direct_lowering(name, prog.graph, {**b.sizes("small"), **literals}, TARGET, "bfloat16", Lowerer(TARGET))
     for word in ("UNCHECKED", "stand-in", "fallback", "unproved"):
         assert word not in cand.source

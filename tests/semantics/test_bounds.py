@@ -228,3 +228,19 @@ def test_a_softmax_row_max_is_a_shift_whose_error_cancels_and_no_other_max_is():
     assert [n.op for n in normalized_shifts(attend.graph)] == [Op.REDUCE_MAX]
     assert not normalized_shifts(unnormalized.graph)
     assert len(normalized_shifts(SUITE["softmax"].program.graph)) == 1
+
+
+def test_a_value_float32_cannot_hold_is_unbounded_and_a_derived_operators_inner_steps_are_not():
+    @axon.program(x=("m", "n"))
+    def act(x):
+        return F.exp(x) + F.silu(-x)
+
+    x = np.linspace(-20.0, 3.0, 200, dtype=np.float32)[None, :]
+    x[0, 0], x[0, 1] = 89.0, -89.0  # exp(89) overflows float32; silu(89) is one instruction, exact
+    want, tol = kernel_reference(act.graph, {"x": x}, "float32")
+    assert np.isinf(tol.bounds[0][0, 0]) and np.isfinite(tol.bounds[0][0, 1:]).all()
+    got = want[0].astype(np.float32)
+    got[0, 0] = np.inf  # what float32's exp(89) gives
+    assert compare([got], want, tol).ok
+    got[0, 2] *= 1.001
+    assert not compare([got], want, tol).ok
