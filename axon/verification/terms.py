@@ -638,6 +638,8 @@ def evaluate(p: Poly, env: Mapping[str, float], arrays: Mapping) -> float:
                 x = evaluate(a.body, {**env, a.var.key: r}, arrays)
                 acc = acc + x if a.combine == "add" else (max(acc, x) if a.combine == "max" else min(acc, x))
             return acc
+        if a.op == "where":  # only the branch taken is read (a concatenation's other part is out of range)
+            return evaluate(a.args[1] if evaluate(a.args[0], env, arrays) != 0 else a.args[2], env, arrays)
         args = [evaluate(x, env, arrays) for x in a.args]
         if a.op in ("max", "min"):
             return max(args) if a.op == "max" else min(args)
@@ -645,8 +647,6 @@ def evaluate(p: Poly, env: Mapping[str, float], arrays: Mapping) -> float:
             return float(int(args[0]) // int(args[1]) if a.op == "floordiv" else int(args[0]) % int(args[1]))
         if a.op in COMPARISONS:
             return float({"ge": args[0] >= 0, "gt": args[0] > 0, "eq": args[0] == 0}[a.op])
-        if a.op == "where":
-            return args[1] if args[0] != 0 else args[2]
         return {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh}[a.op](args[0])
 
     total = 0.0
