@@ -333,7 +333,7 @@ def static_cost(world: RowWorld, cand: Candidate, sizes, dtype: str) -> float:
                 total += reads * K * N * item / eff(nb * item)
             for n in ph.nodes:
                 for x in n.inputs:
-                    if x in members or world.roles.get(x) in ("const", "vector", "weight", "input"):
+                    if x in members or world.roles.get(x) in ("const", "vector", "weight", "input", "index"):
                         continue
                     if n.op.value == "matmul" and x is n.inputs[1]:
                         continue
