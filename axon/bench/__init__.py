@@ -32,6 +32,7 @@ is private to the run, so nothing is reused from an older model.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -148,20 +149,21 @@ def _aws_current(row: dict) -> bool:
 
 
 def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, budget_s: float,
-                 cache, say: Callable[[str], None], corpus=None) -> dict:
+                 cache, say: Callable[[str], None], corpus=None, executor=None) -> dict:
     from axon.search.optimize import optimize
 
     bench = suite.get(name)
     row = {"benchmark": name, "family": bench.family, "case": case, "sizes": sizes, "target": target, "dtype": dtype}
     quiet = lambda s: None
     t0 = time.perf_counter()
-    full = optimize(name, sizes, target, dtype, budget_s=budget_s, cache=cache, progress=say)
+    full = optimize(name, sizes, target, dtype, budget_s=budget_s, cache=cache, progress=say, executor=executor)
     search_s = time.perf_counter() - t0
     ablated, notes = {}, {}
     for label, kw in (("no_algebra", {"algebra": False}), ("no_fusion", {"fusion": False})):
         say(f"ablation: {label.replace('_', ' ')}")
         try:
-            ablated[label] = optimize(name, sizes, target, dtype, budget_s=budget_s, cache=cache, progress=quiet, **kw)
+            ablated[label] = optimize(name, sizes, target, dtype, budget_s=budget_s, cache=cache, progress=quiet,
+                                      executor=executor, **kw)
         except AxonError as err:  # e.g. every unfused candidate fails the numerical check
             ablated[label] = None
             notes[label] = str(err)
@@ -240,7 +242,15 @@ def write(doc: dict, json_path: Optional[Path]) -> None:
 
 def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[list[str]] = None,
               dtype: str = "bfloat16", json_path=None, budget_s: float = DEFAULT_BUDGET_S, fresh: bool = False,
-              command: str = "", progress: Optional[Callable[[str], None]] = None, corpus=None) -> dict:
+              command: str = "", progress: Optional[Callable[[str], None]] = None, corpus=None,
+              workers: Optional[int] = None) -> dict:
+    """`workers`: cases measured side by side (default: one per usable core); the report is the
+    same for any number."""
+    from axon.search.executor import usable_cpus
+
+    workers = usable_cpus() if workers is None else workers
+    if workers < 1:
+        raise InputError(f"--workers must be at least 1 (got {workers})")
     from axon.search.select import ResultCache
 
     say = progress or (lambda s: None)
@@ -270,47 +280,90 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
         wanted = {(n, c, target, dtype) for n, c, _ in todo}
         doc["cases"] = [c for k, c in done.items() if k not in wanted]
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="axon_bench_cache_") as tmp:
-        cache = ResultCache(Path(tmp))
-        for i, (name, case, sizes) in enumerate(todo):
-            key = (name, case, target, dtype)
-            if key in done and (not corpus or "axon_ns" not in done[key] or _aws_current(done[key])):
-                doc["cases"].append(done[key])
-                continue
-            if key in done:  # measured without AWS's kernels, or with another table of them: add them only
-                t = time.perf_counter()
-                row = _aws(done[key], corpus, lambda s, tag=f"{name} {case}": say(f"{tag}: {s}"))
-                row["wall_s"] = round(row.get("wall_s", 0.0) + time.perf_counter() - t, 2)
-                doc["cases"].append(row)
-                doc["wall_s"] = round((old or {}).get("wall_s", 0.0) * bool(kept) + time.perf_counter() - start, 1)
-                _finish(doc)
-                write(doc, json_path)
-                continue
-            tag = f"[{i + 1}/{len(todo)}] {name} {case}"
-            say(f"{tag} {sizes}")
+
+    def record(row: dict) -> None:
+        doc["cases"].append(row)
+        doc["wall_s"] = round((old or {}).get("wall_s", 0.0) * bool(kept) + time.perf_counter() - start, 1)
+        _finish(doc)
+        write(doc, json_path)
+
+    jobs = []
+    for i, (name, case, sizes) in enumerate(todo):
+        key = (name, case, target, dtype)
+        if key in done and (not corpus or "axon_ns" not in done[key] or _aws_current(done[key])):
+            doc["cases"].append(done[key])
+        elif key in done:  # measured without AWS's kernels, or with another table of them: add them only
             t = time.perf_counter()
-            try:
-                row = measure_case(name, case, sizes, target, dtype, budget_s, cache,
-                                   lambda s, tag=tag: say(f"{tag}: {s}"), corpus=corpus)
-            except AxonError as err:
-                bench = suite.get(name)
-                row = {"benchmark": name, "family": bench.family, "case": case, "sizes": sizes, "target": target,
-                       "dtype": dtype, "error": str(err)}
-                say(f"{tag}: failed: {err}")
-            row["model"] = model
-            row["wall_s"] = round(time.perf_counter() - t, 2)
-            doc["cases"].append(row)
-            if "axon_ns" in row:
-                sp = row["speedup"]
-                vs = ", ".join(f"x{sp[b]:.2f} {b.replace('_', '-')}" for b in BASELINES + (AWS,) if sp.get(b))
-                say(f"{tag}: axon {row['axon_ns'] / 1e3:.1f} us; {vs}; "
-                    f"{row['roofline_fraction']:.0%} of roofline ({row['wall_s']:.0f} s)")
-            doc["wall_s"] = round((old or {}).get("wall_s", 0.0) * bool(kept) + time.perf_counter() - start, 1)
-            _finish(doc)
-            write(doc, json_path)
+            row = _aws(done[key], corpus, lambda s, tag=f"{name} {case}": say(f"{tag}: {s}"))
+            row["wall_s"] = round(row.get("wall_s", 0.0) + time.perf_counter() - t, 2)
+            record(row)
+        else:
+            jobs.append((f"[{i + 1}/{len(todo)}] {name} {case}", name, case, sizes))
+    with tempfile.TemporaryDirectory(prefix="axon_bench_cache_") as tmp:
+        side_by_side = max(1, min(workers, len(jobs)))
+        # cases run side by side share the cores: each one's timing runs go one after another
+        measure = functools.partial(_measure_job, target=target, dtype=dtype, budget_s=budget_s, cache_dir=tmp,
+                                    say=say, corpus=corpus, model=model,
+                                    timing_workers=1 if side_by_side > 1 else workers)
+        for row in _each_measured(measure, jobs, side_by_side):
+            record(row)
     _finish(doc)
     write(doc, json_path)
     return doc
+
+
+def _measure_job(job: tuple, target: str, dtype: str, budget_s: float, cache_dir: str, say, corpus, model: str,
+                 timing_workers: int) -> dict:
+    """One case's row (or its one-line failure), as `run_bench` records it."""
+    from axon.search.executor import LocalProcesses
+    from axon.search.select import ResultCache
+
+    tag, name, case, sizes = job
+    say(f"{tag} {sizes}")
+    t = time.perf_counter()
+    try:
+        row = measure_case(name, case, sizes, target, dtype, budget_s, ResultCache(Path(cache_dir)),
+                           lambda s: say(f"{tag}: {s}"), corpus=corpus, executor=LocalProcesses(timing_workers))
+    except AxonError as err:
+        row = {"benchmark": name, "family": suite.get(name).family, "case": case, "sizes": sizes, "target": target,
+               "dtype": dtype, "error": str(err)}
+        say(f"{tag}: failed: {err}")
+    row["model"] = model
+    row["wall_s"] = round(time.perf_counter() - t, 2)
+    if "axon_ns" in row:
+        sp = row["speedup"]
+        vs = ", ".join(f"x{sp[b]:.2f} {b.replace('_', '-')}" for b in BASELINES + (AWS,) if sp.get(b))
+        say(f"{tag}: axon {row['axon_ns'] / 1e3:.1f} us; {vs}; "
+            f"{row['roofline_fraction']:.0%} of roofline ({row['wall_s']:.0f} s)")
+    return row
+
+
+_MEASURE = None  # the job function of the pool being forked: inherited by its workers, never pickled
+
+
+def _measure_inherited(job: tuple) -> dict:
+    return _MEASURE(job)
+
+
+def _each_measured(measure, jobs: list, workers: int):
+    """`measure(job)` for every job, `workers` at a time in forked processes (1: here, in order);
+    rows come as they finish. The pool's processes are all forked at its first job, before it
+    starts a thread, from this process's one thread, so they fork their own sandboxes and proofs
+    as a lone process does, and they inherit `measure` (progress callbacks need not pickle)."""
+    global _MEASURE
+    if workers <= 1:
+        yield from map(measure, jobs)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    _MEASURE = measure
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            for done in as_completed([pool.submit(_measure_inherited, job) for job in jobs]):
+                yield done.result()
+    finally:
+        _MEASURE = None
 
 
 def _finish(doc: dict) -> None:

@@ -30,6 +30,9 @@ def add_arguments(parser) -> None:
                              "AWS's own kernel of each benchmark's meaning, run and checked at the same sizes "
                              "(cases already in the JSON get only that column)")
     parser.add_argument("--fresh", action="store_true", help="ignore the cases already in the JSON")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="cases measured side by side (default: one per usable core); the report is the same "
+                             "for any N")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -43,7 +46,8 @@ def run(args) -> int:
     command = "axon bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
     doc = run_bench(target=args.target, grid=args.grid, benchmarks=names, dtype=args.dtype, json_path=json_path,
                     budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S, fresh=args.fresh,
-                    command=command, progress=None if args.quiet else progress_to_stderr, corpus=args.corpus)
+                    command=command, progress=None if args.quiet else progress_to_stderr, corpus=args.corpus,
+                    workers=args.workers)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(markdown(doc))
     written = [json_path, md_path]

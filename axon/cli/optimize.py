@@ -30,6 +30,12 @@ def add_arguments(parser) -> None:
                         help=f"model ranking work, in seconds of a 2-core machine: counted in simulated "
                              f"instructions, so the same search on any machine and under any load "
                              f"(default {DEFAULT_BUDGET_S:g})")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="timing simulations run at once on this machine (default: one per usable core); "
+                             "the result is the same for any N")
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="run the timing simulations as Ray tasks on the cluster at ADDRESS ('auto': the "
+                             "one this machine is in; 'local': start one here); needs the [ray] extra")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -44,13 +50,14 @@ def parse_sizes(text: str) -> dict[str, int]:
 
 
 def run(args) -> int:
+    from axon.search.executor import make_executor
     from axon.search.optimize import DEFAULT_BUDGET_S, optimize
 
     sizes = parse_sizes(args.sizes) if args.sizes else args.case
     progress = None if args.quiet else (lambda s: print(f"axon: {s}", file=sys.stderr, flush=True))
     result = optimize(args.program, sizes, target=args.target, dtype=args.dtype,
                       budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S,
-                      out_dir=args.out_dir, progress=progress)
+                      out_dir=args.out_dir, progress=progress, executor=make_executor(args.workers, args.ray))
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(json.dumps(result.to_json(), indent=2) + "\n")

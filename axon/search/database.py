@@ -6,7 +6,7 @@ a user) read while one writes; each write is one transaction, so a process kille
 of one leaves the database as the last commit left it. Two tables:
 
 - `timings(key, value)`: a candidate's timing-only latency, keyed by what determines it (its
-  source, target, the target's model fingerprint, the input shapes: search.select.time_candidate);
+  source, target, the target's model fingerprint, the input shapes: search.select.timing_key);
   a value is validated when read and a bad one is a miss.
 - `winners(key, ...)`: optimize's result for a case, keyed by the program's canonical text, the
   sizes, dtype, target, the search options and `code_fingerprint()` (every source file of Axon:
@@ -83,16 +83,33 @@ class KernelDB:
     def _db(self) -> sqlite3.Connection:
         # one connection per process: a forked child (the simulation sandbox) opens its own
         if self._conn is None or self._pid != os.getpid():
+            self._conn, self._pid = self._open(), os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        # Two processes creating the file at once: switching a new database to WAL answers "locked"
+        # at once, without the busy timeout (SQLite sees a possible deadlock), so it is retried.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            conn = None
             try:
                 conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.executescript(SCHEMA)
+                return conn
+            except sqlite3.OperationalError as err:
+                if conn is not None:
+                    conn.close()
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise self._unusable(err) from None
+                time.sleep(0.01)
             except sqlite3.DatabaseError as err:
-                raise InputError(f"the kernel database {self.path} cannot be used: {err} "
-                                 "(`axon cache clear` starts a new one)") from None
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
+                raise self._unusable(err) from None
+
+    def _unusable(self, err) -> InputError:
+        return InputError(f"the kernel database {self.path} cannot be used: {err} "
+                          "(`axon cache clear` starts a new one)")
 
     @staticmethod
     def key(*parts: str) -> str:

@@ -29,6 +29,7 @@ from axon.search.check import check as check_with_data, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
 from axon.search.database import code_fingerprint
+from axon.search.executor import make_executor
 from axon.search.select import WORK_PER_S, ResultCache, Timing, default_cache, rank
 from axon.semantics.bounds import describe
 from axon.semantics.evaluate import check_constraints, dtype_named
@@ -131,10 +132,12 @@ def get_target(name: str):
 def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16", *, budget_s: float = DEFAULT_BUDGET_S,
              variants: int = 8, out_dir: Optional[Union[str, Path]] = None, cache: Optional[ResultCache] = None,
              progress: Optional[Callable[[str], None]] = None, seed: int = 0, algebra: bool = True,
-             fusion: bool = True) -> OptimizeResult:
+             fusion: bool = True, executor=None) -> OptimizeResult:
     """The fastest correct kernel for `program` at `sizes`. The ablations of the benchmark report:
     `algebra=False` searches only the program as written (no propagation variants, no proofs);
-    `fusion=False` gives every operator its own pass (tiling and layout are still searched)."""
+    `fusion=False` gives every operator its own pass (tiling and layout are still searched).
+    `executor` (search.executor) runs the timing simulations, several at once; the default is a
+    process per usable core. It never changes the result."""
     say = progress or (lambda s: None)
     prog, bench = resolve_program(program)
     given = sizes = resolve_sizes(prog, bench, sizes)
@@ -220,13 +223,14 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         shortlist.append(baseline)
     say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation)")
     runs: dict = {} if out_dir is not None else None  # the fastest fresh run, kept for its trace
-    ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, runs=runs)
+    executor = executor or make_executor()
+    ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, runs=runs, executor=executor)
     spent = sum(t.work for _, t in ranked) / WORK_PER_S  # in budget seconds: the same on any machine
     rest = [c for c in cands[MODEL_SHORTLIST:] if c.key != baseline.key]
     if rest and spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
         say(f"ranking up to {len(rest)} more candidates while it stays cheap (up to {EXTRA_RANK_S - spent:.0f} "
             "budget seconds)")
-        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, runs=runs),
+        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, runs=runs, executor=executor),
                         key=lambda ct: ct[1].latency_ns)
     timed = {c.key: t for c, t in ranked}
     base_t = (Timing(float("inf"), base_misfit) if base_misfit

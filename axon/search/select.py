@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 from axon.errors import AxonError
 from axon.search.database import KernelDB, default_dir
+from axon.search.executor import LocalProcesses
 from axon.semantics.bounds import Check, Tolerance, compare  # noqa: F401 (the check, defined once)
 
 
@@ -51,31 +52,67 @@ def default_cache() -> KernelDB:
     return KernelDB(default_dir())
 
 
-def time_candidate(target, source: str, inputs: dict, cache: ResultCache, runs: Optional[dict] = None) -> Timing:
-    """Timing-only run (or the cached result). With `runs`, a fresh run's measurement, schedule
-    included, is kept there under its source when it is the fastest so far: the winner's trace is
-    then written without simulating it again (a Llama-70B kernel takes tens of seconds)."""
+def timing_key(cache: ResultCache, target, source: str, inputs: dict) -> str:
     # the model's fingerprint is in the key: a corrected model never serves an old latency
-    key = cache.key("timing", target.name, target.model_fingerprint(), source,
-                    *(f"{k}{v.shape}{v.dtype}" for k, v in sorted(inputs.items())))
-    hit = _valid_timing(cache.get(key))
-    if hit is not None:
-        return hit
-    try:
-        m = target.run(source, inputs, timing_only=True, keep_schedule=runs is not None)
-        t = Timing(m.latency_ns, work=WORK_PER_RUN + getattr(m, "work", 0))
-        if runs is not None and m.latency_ns < min((r.latency_ns for r in runs.values()), default=float("inf")):
-            runs.clear()
-            runs[source] = m
-    except AxonError as err:
-        t = Timing(float("inf"), str(err), WORK_PER_RUN)
-    if t.error == "" or "KernelError" not in t.error:
-        cache.put(key, {"latency_ns": t.latency_ns, "error": t.error, "work": t.work})
-    return t
+    return cache.key("timing", target.name, target.model_fingerprint(), source,
+                     *(f"{k}{v.shape}{v.dtype}" for k, v in sorted(inputs.items())))
+
+
+class _Timings:
+    """The timings of `sources`, taken in order, with up to `executor.workers` fresh runs in flight
+    ahead of the one taken (cached ones are read, not run). With `runs`, a fresh run's measurement,
+    schedule included, is kept there under its source when it is the fastest taken so far: the
+    winner's trace is then written without simulating it again (a Llama-70B kernel takes tens of
+    seconds). Outcomes are used in order only, so the executor never changes what is decided."""
+
+    def __init__(self, target, sources: list, inputs: dict, cache: ResultCache, runs: Optional[dict], executor):
+        self.target, self.sources, self.inputs, self.cache, self.runs = target, sources, inputs, cache, runs
+        self.executor = executor
+        self.started: dict = {}  # index -> (key, Timing) for a cached one, (key, pending run) for a fresh one
+        self.next = 0
+
+    def take(self, i: int) -> Timing:
+        self._fill(i)
+        key, got = self.started.pop(i)
+        if isinstance(got, Timing):
+            return got
+        try:
+            m = got.result()
+            t = Timing(m.latency_ns, work=WORK_PER_RUN + getattr(m, "work", 0))
+            if self.runs is not None and m.latency_ns < min((r.latency_ns for r in self.runs.values()),
+                                                           default=float("inf")):
+                self.runs.clear()
+                self.runs[self.sources[i]] = m
+        except AxonError as err:
+            t = Timing(float("inf"), str(err), WORK_PER_RUN)
+        if t.error == "" or "KernelError" not in t.error:
+            self.cache.put(key, {"latency_ns": t.latency_ns, "error": t.error, "work": t.work})
+        return t
+
+    def cancel(self) -> None:
+        """Stop the runs started ahead of what was taken (the budget ended before them)."""
+        for _, got in self.started.values():
+            if not isinstance(got, Timing):
+                got.cancel()
+        self.started.clear()
+
+    def _fill(self, i: int) -> None:
+        self.next = max(self.next, i)
+        in_flight = sum(not isinstance(got, Timing) for _, got in self.started.values())
+        ahead = self.executor.workers > 1  # one worker: nothing is started before it is taken
+        while self.next < len(self.sources) and (self.next <= i or (ahead and in_flight < self.executor.workers)):
+            source = self.sources[self.next]
+            key = timing_key(self.cache, self.target, source, self.inputs)
+            hit = _valid_timing(self.cache.get(key))
+            if hit is None:
+                hit = self.executor.submit(self.target, source, self.inputs, keep_schedule=self.runs is not None)
+                in_flight += 1
+            self.started[self.next] = (key, hit)
+            self.next += 1
 
 
 def _valid_timing(value) -> Optional[Timing]:
-    """A cached timing as written by `time_candidate`, or None (a miss: measured again and
+    """A cached timing as written by `_Timings.take`, or None (a miss: measured again and
     overwritten) for anything else, a hand-edited or truncated file included."""
     if not isinstance(value, dict) or not isinstance(value.get("error", ""), str):
         return None
@@ -102,22 +139,28 @@ def check_candidate(target, source: str, inputs: dict, expected: tuple, toleranc
 
 
 def rank(target, candidates: list, inputs: dict, cache: ResultCache, budget_s: float,
-         progress: Optional[Callable[[str], None]] = None, runs: Optional[dict] = None) -> list[tuple[object, Timing]]:
+         progress: Optional[Callable[[str], None]] = None, runs: Optional[dict] = None,
+         executor=None) -> list[tuple[object, Timing]]:
     """Timing-only runs of the candidates, in order, until `budget_s` x WORK_PER_S of work is
-    spent (a deterministic budget: see WORK_PER_S), fastest first; `runs` as in `time_candidate`."""
+    spent (a deterministic budget: see WORK_PER_S), fastest first; `runs` as in `_Timings`;
+    `executor` (search.executor; default one run at a time) runs them, several at once."""
     budget = budget_s * WORK_PER_S
+    timings = _Timings(target, [c.source for c in candidates], inputs, cache, runs, executor or LocalProcesses(1))
     out = []
-    spent, longest = 0, 0  # the costliest single run so far: a run that would overshoot is not started
-    for i, cand in enumerate(candidates):
-        if out and spent + longest > budget:
-            if progress:
-                progress(f"ranking budget spent after {i} of {len(candidates)} candidates")
-            break
-        t = time_candidate(target, cand.source, inputs, cache, runs)
-        out.append((cand, t))
-        spent, longest = spent + t.work, max(longest, t.work)
-        if progress and (i + 1) % 10 == 0:
-            best = min(t.latency_ns for _, t in out)
-            progress(f"ranked {i + 1}/{len(candidates)} (best so far {best / 1e3:.1f} us)")
+    spent, longest = 0, 0  # the costliest single run so far: a run that would overshoot is not taken
+    try:
+        for i, cand in enumerate(candidates):
+            if out and spent + longest > budget:
+                if progress:
+                    progress(f"ranking budget spent after {i} of {len(candidates)} candidates")
+                break
+            t = timings.take(i)
+            out.append((cand, t))
+            spent, longest = spent + t.work, max(longest, t.work)
+            if progress and (i + 1) % 10 == 0:
+                best = min(t.latency_ns for _, t in out)
+                progress(f"ranked {i + 1}/{len(candidates)} (best so far {best / 1e3:.1f} us)")
+    finally:
+        timings.cancel()
     out.sort(key=lambda ct: ct[1].latency_ns)
     return out

@@ -122,3 +122,17 @@ def test_unknown_grid_and_benchmark():
         bench.grid_cases(bench.suite.get("relu"), "huge")
     with pytest.raises(InputError, match="no benchmark named"):
         run_bench(grid="small", benchmarks=["nope"])
+
+
+_WALL_CLOCK = ("wall_s", "search_s")
+
+
+def test_the_report_is_the_same_with_one_worker_as_with_two(small_report, tmp_path):
+    _, doc = small_report  # measured with a worker per usable core
+    one = run_bench(grid="small", benchmarks=["relu", "rmsnorm_matmul"], json_path=tmp_path / "one.json",
+                    budget_s=5, workers=1)
+    strip = lambda d: [{k: v for k, v in c.items() if k not in _WALL_CLOCK} for c in d["cases"]]
+    assert strip(one) == strip(json.loads(json.dumps(doc)))
+    assert one["geomean"] == doc["geomean"]
+    with pytest.raises(InputError, match="--workers must be at least 1"):
+        run_bench(grid="small", benchmarks=["relu"], workers=0)

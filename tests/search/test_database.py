@@ -66,6 +66,28 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert all(db.get(db.key(f"w{j}", str(i)))["latency_ns"] == i + 1 for j in range(4) for i in range(150))
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_processes_creating_the_database_at_the_same_moment_all_get_it(tmp_path):
+    # a new file switched to WAL by two processes at once answers "locked" without waiting
+    for trial in range(100):
+        root = tmp_path / str(trial)
+        root.mkdir()
+        pids = []
+        for j in range(2):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    db = KernelDB(root)
+                    db.put(f"w{j}", {"latency_ns": 1.0})
+                    db.get("w0")
+                    os._exit(0)
+                except BaseException:  # noqa: BLE001
+                    os._exit(1)
+            pids.append(pid)
+        assert [os.waitpid(pid, 0)[1] for pid in pids] == [0, 0]
+        assert KernelDB(root).counts()["timings"] == 2
+
+
 KILLED_WRITER = """
 import sys
 from pathlib import Path

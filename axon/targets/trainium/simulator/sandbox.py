@@ -234,12 +234,30 @@ def _describe_exit(status: int, label: str, lim: Limits) -> str:
 def call(fn, label: str, limits: Limits | None = None, path: str | None = None):
     """`fn()` in a child process under `limits`; `label` names the kernel in errors, `path` (the
     kernel file) locates them."""
+    return start(fn, label, limits, path).result()
+
+
+class Done:
+    """A value already computed (where `os.fork` is missing): the interface of `Child`."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def result(self):
+        return self._fn()
+
+    def cancel(self) -> None:
+        pass
+
+
+def start(fn, label: str, limits: Limits | None = None, path: str | None = None):
+    """`fn()` started in a child process under `limits`; `.result()` waits for its value (or
+    raises its error), `.cancel()` kills it. Several may run at once: each is forked from the
+    caller's thread, so nothing but that thread is copied into the child."""
     lim = (limits or Limits()).resolved()
     if not hasattr(os, "fork"):
-        return fn()
+        return Done(fn)
     import axon.targets.trainium.perfmodel  # noqa: F401 - imported once here, not in every child
-    start = time.monotonic()
-    deadline = start + lim.timeout_s + lim.grace_s
     _reap()
     r, w = os.pipe()
     for stream in (sys.stdout, sys.stderr):  # the child must not print the parent's pending output again
@@ -250,69 +268,129 @@ def call(fn, label: str, limits: Limits | None = None, path: str | None = None):
     pid = os.fork()
     if pid == 0:
         os.close(r)
+        for child in list(_RUNNING):  # a sibling's pipe is not this child's to hold open
+            os.close(child.fd)
         _child(fn, label, path, lim, w)
     os.close(w)
-    chunks, status, timed_out = [], None, False
-    try:
-        while True:
-            ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                timed_out = True
-                break
-            chunk = os.read(r, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        if not timed_out and _answered(chunks):
-            status = 0  # an explicit answer: the child only exits now; reaped later, not waited for
-            _EXITING.append(pid)
-        while not timed_out and status is None:  # the pipe closed: the child is exiting (or closed it and runs on)
-            done, code = os.waitpid(pid, os.WNOHANG)  # (0, 0) while it runs
-            if done:
-                status = code
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
-                break
-            time.sleep(0.001)
-    finally:
-        os.close(r)
-        if status is None:
-            _kill(pid)
-            os.waitpid(pid, 0)
-    if timed_out:
-        raise KernelError(f"{label}: killed at the {lim.timeout_s:g} s wall-clock limit "
-                          f"(the kernel ignores the interrupt or blocks)")
-    msg = None
-    if chunks:
+    child = Child(pid, r, label, lim, time.monotonic() + lim.timeout_s + lim.grace_s)
+    _RUNNING.append(child)
+    return child
+
+
+_RUNNING: list["Child"] = []  # children started and not yet answered, whose pipes are open
+
+
+class Child:
+    """One sandboxed simulation in flight: its pipe is read while any child is waited for, so a
+    sibling that answers first never blocks on a full pipe."""
+
+    def __init__(self, pid: int, fd: int, label: str, lim: Limits, deadline: float):
+        self.pid, self.fd, self.label, self.lim, self.deadline = pid, fd, label, lim, deadline
+        self.chunks: list = []
+        self.closed = False  # the pipe reached its end (or the child was killed)
+        self.timed_out = False
+        self.status = None
+
+    def result(self):
         try:
-            msg = pickle.loads(b"".join(chunks))
-        except Exception:  # noqa: BLE001 - a truncated answer is no answer
-            msg = None
-    if status == 0 and isinstance(msg, tuple) and len(msg) == 2:
-        tag, value = msg
-        if tag == _OK:
-            return value
-        if tag == _ERR:
-            if isinstance(value, BaseException):
-                raise value
-            kind, text, tb = value
-            raise RuntimeError(f"{label}: {kind}: {text} (in the simulation process)\n{tb}")
-    raise KernelError(_describe_exit(status, label, lim))
+            while not self.closed:
+                _read_any(self)
+        except BaseException:  # an interrupt while waiting: the child does not outlive the wait
+            self.cancel()
+            raise
+        return self._value()
+
+    def cancel(self) -> None:
+        if not self.closed:
+            self._close()
+        if self.status is None:
+            _kill(self.pid)
+            os.waitpid(self.pid, 0)
+            self.status = -1
+
+    def _close(self) -> None:
+        self.closed = True
+        os.close(self.fd)
+        _RUNNING.remove(self)
+
+    def _finish(self) -> None:
+        """The pipe closed: an explicit answer (reaped later), or the child's exit status."""
+        self._close()
+        if _answered(self.chunks):
+            self.status = 0  # the child only exits now; reaped later, not waited for
+            _EXITING.append(self.pid)
+            return
+        while self.status is None:  # the child is exiting (or closed the pipe and runs on)
+            done, code = os.waitpid(self.pid, os.WNOHANG)  # (0, 0) while it runs
+            if done:
+                self.status = code
+            elif time.monotonic() > self.deadline:
+                self._expire()
+            else:
+                time.sleep(0.001)
+
+    def _expire(self) -> None:
+        self.timed_out = True
+        if not self.closed:
+            self._close()
+        _kill(self.pid)
+        os.waitpid(self.pid, 0)
+        self.status = -1
+
+    def _value(self):
+        if self.timed_out:
+            raise KernelError(f"{self.label}: killed at the {self.lim.timeout_s:g} s wall-clock limit "
+                              f"(the kernel ignores the interrupt or blocks)")
+        msg = None
+        if self.chunks:
+            try:
+                msg = pickle.loads(b"".join(self.chunks))
+            except Exception:  # noqa: BLE001 - a truncated answer is no answer
+                msg = None
+        if self.status == 0 and isinstance(msg, tuple) and len(msg) == 2:
+            tag, value = msg
+            if tag == _OK:
+                return value
+            if tag == _ERR:
+                if isinstance(value, BaseException):
+                    raise value
+                kind, text, tb = value
+                raise RuntimeError(f"{self.label}: {kind}: {text} (in the simulation process)\n{tb}")
+        raise KernelError(_describe_exit(self.status, self.label, self.lim))
+
+
+def _read_any(waiting: Child) -> None:
+    """Read whatever the running children have written, until `waiting`'s deadline at most."""
+    now = time.monotonic()
+    for child in [c for c in _RUNNING if c.deadline <= now]:
+        child._expire()
+    if waiting.closed:
+        return
+    ready, _, _ = select.select([c.fd for c in _RUNNING], [], [], max(0.0, waiting.deadline - now))
+    if not ready:
+        waiting._expire()
+        return
+    for child in [c for c in _RUNNING if c.fd in ready]:
+        chunk = os.read(child.fd, 1 << 20)
+        if chunk:
+            child.chunks.append(chunk)
+        else:
+            child._finish()
 
 
 def sandboxed(label_path):
     """Decorator: the function runs under `call`, with keyword arguments `timeout_s`, `memory_mb`
-    and `cpu_s` (the limits; `sandbox=False` runs in-process). `label_path(*args, **kw)` gives
-    (label, kernel path or None)."""
+    and `cpu_s` (the limits; `sandbox=False` runs in-process; `wait=False` returns the started
+    `Child` instead of its value). `label_path(*args, **kw)` gives (label, kernel path or None)."""
 
     def deco(fn):
         @functools.wraps(fn)
-        def wrapper(*args, timeout_s=None, memory_mb=None, cpu_s=None, sandbox=True, **kw):
+        def wrapper(*args, timeout_s=None, memory_mb=None, cpu_s=None, sandbox=True, wait=True, **kw):
             if not sandbox:
-                return fn(*args, **kw)
+                return fn(*args, **kw) if wait else Done(lambda: fn(*args, **kw))
             label, path = label_path(*args, **kw)
-            return call(lambda: fn(*args, **kw), label, Limits(timeout_s, memory_mb, cpu_s), path)
+            child = start(lambda: fn(*args, **kw), label, Limits(timeout_s, memory_mb, cpu_s), path)
+            return child.result() if wait else child
 
         return wrapper
 

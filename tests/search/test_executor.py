@@ -1,0 +1,139 @@
+"""Timing runs several at a time (search/executor.py): concurrent sandboxed children, a ranking
+that takes outcomes in candidate order whatever finishes first, and the same winner with one
+worker, two workers and a local Ray instance."""
+import os
+import time
+
+import pytest
+
+from axon.errors import KernelError
+from axon.search.executor import LocalProcesses, make_executor
+from axon.search.select import ResultCache, Timing, rank
+from axon.targets.trainium.simulator import sandbox
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs fork")
+
+
+@needs_fork
+def test_children_run_at_once_and_each_answers_its_own():
+    start = time.monotonic()
+    slow = sandbox.start(lambda: (time.sleep(0.6), "slow")[1], "slow")
+    fast = sandbox.start(lambda: (time.sleep(0.6), "fast")[1], "fast")
+    assert slow.result() == "slow" and fast.result() == "fast"
+    assert time.monotonic() - start < 1.1  # side by side, not one after the other
+
+
+@needs_fork
+def test_a_sibling_that_answers_first_with_a_large_value_does_not_block():
+    big = sandbox.start(lambda: b"x" * (8 << 20), "big")  # far past a pipe's buffer
+    late = sandbox.start(lambda: (time.sleep(0.3), 1)[1], "late")
+    assert late.result() == 1 and len(big.result()) == 8 << 20
+
+
+@needs_fork
+def test_a_hung_child_is_killed_at_its_limit_while_its_sibling_answers():
+    hung = sandbox.start(lambda: time.sleep(60), "hung", sandbox.Limits(timeout_s=0.5))
+    fine = sandbox.start(lambda: 7, "fine")
+    start = time.monotonic()
+    assert fine.result() == 7
+    with pytest.raises(KernelError, match="wall-clock limit"):
+        hung.result()
+    assert time.monotonic() - start < 8
+
+
+@needs_fork
+def test_a_cancelled_child_is_gone():
+    child = sandbox.start(lambda: time.sleep(60), "cancelled")
+    child.cancel()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child.pid, os.WNOHANG)
+    assert child not in sandbox._RUNNING
+
+
+class _Cand:
+    def __init__(self, i):
+        self.source = f"kernel {i}"
+
+
+class _FakeTarget:
+    """Latency and work read off the source; a run's outcome comes when it is asked for."""
+
+    name, cancelled, started = "fake", 0, 0
+
+    def model_fingerprint(self):
+        return "fake-model"
+
+
+class _Pending:
+    def __init__(self, target, source):
+        self.target, self.i = target, int(source.split()[1])
+
+    def result(self):
+        from axon.targets.trainium.target import Measured
+
+        return Measured(latency_ns=1000.0 + (self.i * 37) % 11, outputs=None, estimate=None, work=400)
+
+    def cancel(self):
+        self.target.cancelled += 1
+
+
+class _OutOfOrder:
+    """Submits up to `workers` ahead; outcomes are read in any order the test likes."""
+
+    def __init__(self, workers):
+        self.workers = workers
+
+    def submit(self, target, source, shapes, keep_schedule=False):
+        target.started += 1
+        return _Pending(target, source)
+
+
+def test_ranking_takes_outcomes_in_candidate_order_for_any_worker_count():
+    cands = [_Cand(i) for i in range(20)]
+    results = {}
+    for workers in (1, 2, 5):
+        target = _FakeTarget()
+        # 0.25 budget seconds = 2500 work: five runs of 500 (400 simulated + the start-up)
+        out = rank(target, cands, {}, ResultCache(None), budget_s=0.25, executor=_OutOfOrder(workers))
+        results[workers] = [(c.source, t.latency_ns) for c, t in out]
+        assert len(out) == 5
+        assert target.started - target.cancelled == 5  # runs started ahead of the budget's end are stopped
+    assert results[1] == results[2] == results[5]
+
+
+def test_cached_timings_are_read_not_run(tmp_path):
+    cands = [_Cand(i) for i in range(4)]
+    cache = ResultCache(tmp_path)
+    first = rank(_FakeTarget(), cands, {}, cache, budget_s=10, executor=_OutOfOrder(2))
+    again_target = _FakeTarget()
+    again = rank(again_target, cands, {}, cache, budget_s=10, executor=_OutOfOrder(2))
+    assert again_target.started == 0
+    assert [(c.source, t) for c, t in again] == [(c.source, t) for c, t in first]
+    assert all(isinstance(t, Timing) and t.work == 500 for _, t in again)
+
+
+def test_bad_worker_counts_are_one_clear_error():
+    from axon.errors import InputError
+
+    with pytest.raises(InputError, match="--workers must be at least 1"):
+        make_executor(0)
+
+
+@needs_fork
+@pytest.mark.slow
+def test_the_winner_is_the_same_with_one_worker_two_workers_and_ray():
+    from axon.search.optimize import optimize
+
+    ray = pytest.importorskip("ray")  # the [test] extra installs it: CI runs this
+    from axon.search.executor import RayCluster
+
+    def run(executor):
+        r = optimize("rmsnorm_matmul", "small", cache=ResultCache(None), executor=executor)
+        return r.kernel_source, r.latency_ns, r.candidates
+
+    one = run(LocalProcesses(1))
+    assert run(LocalProcesses(2)) == one
+    try:
+        assert run(RayCluster("local")) == one
+    finally:
+        ray.shutdown()
