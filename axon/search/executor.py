@@ -34,6 +34,8 @@ def usable_cpus() -> int:
 class LocalProcesses:
     """Up to `workers` sandboxed timing runs at once on this machine (1: one after another)."""
 
+    keeps_schedule = True  # a run's measurement comes back whole: the winner's trace needs no rerun
+
     def __init__(self, workers: int):
         self.workers = workers
 
@@ -74,6 +76,8 @@ class _RayPending:
 class RayCluster:
     """Ray remote calls on the cluster at `address` ("auto": the one this machine belongs to;
     "local": start one here with a CPU per usable core)."""
+
+    keeps_schedule = False  # schedules stay on the workers: the winner's trace is simulated again here
 
     def __init__(self, address: str):
         try:

@@ -79,8 +79,8 @@ class _Timings:
         try:
             m = got.result()
             t = Timing(m.latency_ns, work=WORK_PER_RUN + getattr(m, "work", 0))
-            if self.runs is not None and m.latency_ns < min((r.latency_ns for r in self.runs.values()),
-                                                           default=float("inf")):
+            if self.runs is not None and self.executor.keeps_schedule and \
+                    m.latency_ns < min((r.latency_ns for r in self.runs.values()), default=float("inf")):
                 self.runs.clear()
                 self.runs[self.sources[i]] = m
         except AxonError as err:

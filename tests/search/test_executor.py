@@ -1,8 +1,10 @@
 """Timing runs several at a time (search/executor.py): concurrent sandboxed children, a ranking
 that takes outcomes in candidate order whatever finishes first, and the same winner with one
 worker, two workers and a local Ray instance."""
+import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +82,8 @@ class _Pending:
 class _OutOfOrder:
     """Submits up to `workers` ahead; outcomes are read in any order the test likes."""
 
+    keeps_schedule = False
+
     def __init__(self, workers):
         self.workers = workers
 
@@ -121,14 +125,16 @@ def test_bad_worker_counts_are_one_clear_error():
 
 @needs_fork
 @pytest.mark.slow
-def test_the_winner_is_the_same_with_one_worker_two_workers_and_ray():
+def test_the_winner_is_the_same_with_one_worker_two_workers_and_ray(tmp_path):
     from axon.search.optimize import optimize
 
     ray = pytest.importorskip("ray")  # the [test] extra installs it: CI runs this
     from axon.search.executor import RayCluster
 
     def run(executor):
-        r = optimize("rmsnorm_matmul", "small", cache=ResultCache(None), executor=executor)
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        r = optimize("rmsnorm_matmul", "small", cache=ResultCache(None), executor=executor, out_dir=out)
+        assert json.loads(Path(r.trace_path).read_text())  # the winner's trace, wherever it was timed
         return r.kernel_source, r.latency_ns, r.candidates
 
     one = run(LocalProcesses(1))
