@@ -45,6 +45,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                         help="wall-clock limit of the simulation, which runs the kernel file (Python code) in a "
                              "child process; a kernel past it is killed (default 600)")
+    parser.add_argument("--lint", action="store_true",
+                        help="check the kernel's source against the documented NKI API (nki_api.NKI_VERSION) "
+                             "instead of running it: one line per finding, exit 1 on any error")
     parser.add_argument("--memory", type=float, default=None, metavar="MB",
                         help="memory limit of that child process (default 3/4 of RAM, at most 16384)")
 
@@ -64,7 +67,31 @@ def _fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def lint(args) -> int:
+    from collections import Counter
+    from pathlib import Path
+
+    from axon.targets.trainium.nki_api import NKI_VERSION, lint as lint_source
+
+    path = args.kernel.rpartition(":")[0] if ":" in args.kernel and not Path(args.kernel).exists() else args.kernel
+    try:
+        source = Path(path).read_text()
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror}") from None
+    findings = lint_source(source, args.target)
+    errors = [f for f in findings if f.severity == "error"]
+    for f in errors:
+        print(f.format(path))
+    # deprecations are noted once per name, not once per line: they are not errors
+    for text, n in Counter(f.text for f in findings if f.severity != "error").items():
+        print(f"{path}: note: {text}" + (f" ({n} uses)" if n > 1 else ""))
+    print(f"{path}: {len(errors)} error(s) against NKI {NKI_VERSION} ({args.target})")
+    return 1 if errors else 0
+
+
 def run(args) -> int:
+    if args.lint:
+        return lint(args)
     from axon.semantics.bounds import describe
     from axon.targets.trainium.runner import parse_arg, parse_grid, parse_input_spec, run as run_kernel
 

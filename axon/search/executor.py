@@ -24,6 +24,11 @@ from typing import Optional
 from axon.errors import AxonError, InputError
 
 
+class ExecutorError(InputError):
+    """The executor itself is wrong (a worker with another model): the search stops, no candidate
+    is blamed."""
+
+
 def usable_cpus() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -63,8 +68,8 @@ class _RayPending:
     def result(self):
         fingerprint, outcome = self._ray.get(self._ref)
         if fingerprint != self._fingerprint:
-            raise InputError(f"a Ray worker runs performance model {fingerprint}, this process {self._fingerprint}: "
-                             "install the same Axon on every node")
+            raise ExecutorError(f"a Ray worker runs performance model {fingerprint}, this process "
+                                f"{self._fingerprint}: install the same Axon on every node")
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome

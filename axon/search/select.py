@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from axon.errors import AxonError
 from axon.search.database import KernelDB, default_dir
-from axon.search.executor import LocalProcesses
+from axon.search.executor import ExecutorError, LocalProcesses
 from axon.semantics.bounds import Check, Tolerance, compare  # noqa: F401 (the check, defined once)
 
 
@@ -83,6 +83,8 @@ class _Timings:
                     m.latency_ns < min((r.latency_ns for r in self.runs.values()), default=float("inf")):
                 self.runs.clear()
                 self.runs[self.sources[i]] = m
+        except ExecutorError:
+            raise
         except AxonError as err:
             t = Timing(float("inf"), str(err), WORK_PER_RUN)
         if t.error == "" or "KernelError" not in t.error:

@@ -116,6 +116,23 @@ def test_cached_timings_are_read_not_run(tmp_path):
     assert all(isinstance(t, Timing) and t.work == 500 for _, t in again)
 
 
+def test_a_worker_with_another_model_stops_the_search():
+    from axon.search.executor import ExecutorError, _RayPending
+
+    class FakeRay:
+        def get(self, ref):
+            return "other-model", None
+
+    class Remote:
+        workers, keeps_schedule = 1, False
+
+        def submit(self, target, source, shapes, keep_schedule=False):
+            return _RayPending(FakeRay(), None, target.model_fingerprint())
+
+    with pytest.raises(ExecutorError, match="install the same Axon on every node"):
+        rank(_FakeTarget(), [_Cand(0)], {}, ResultCache(None), budget_s=1, executor=Remote())
+
+
 def test_bad_worker_counts_are_one_clear_error():
     from axon.errors import InputError
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from axon.errors import UnsupportedError
 from axon.semantics.scalar import ScalarOp
 from axon.targets.trainium.isa import nki_name
+from axon.targets.trainium.nki_api import tensor_scalar_engines
 from axon.tiling.positions import Predicate
 
 _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
@@ -49,12 +50,15 @@ def engine_clocks(target: str) -> dict[str, float]:
 
 
 class NkiEmitter:
-    def __init__(self, dtype: str = "bfloat16", clocks: dict | None = None, scalar_copies: bool = False):
+    def __init__(self, dtype: str = "bfloat16", clocks: dict | None = None, scalar_copies: bool = False,
+                 immediate_bias: bool = True):
         """`clocks`: GHz per engine name (for engine placement); `scalar_copies`: the Scalar Engine
-        runs tensor_scalar and tensor_copy (NeuronCore-v3)."""
+        runs tensor_scalar and tensor_copy (NeuronCore-v3); `immediate_bias`: an activation's bias
+        may be a number (NeuronCore-v3; v2 takes a [P, 1] tile, nki_api)."""
         self.dtype = dtype
         self.clocks = clocks or engine_clocks("trn2")
         self.scalar_copies = scalar_copies
+        self.immediate_bias = immediate_bias
         self.lines: list[str] = []
         self.pre: list[str] = []  # kernel-level set-up printed before the body (constant tiles)
         self.consts: dict[tuple, str] = {}
@@ -229,8 +233,10 @@ class NkiEmitter:
             engine, per = self._FIXED[m.group(1)]
             self._charge(engine, per * width)
 
-    def _engine(self, instruction: str, reads: list, dst: str, width: int, op: str = "") -> str:
-        """`, engine=...` for the instruction, or '' for its default engine (Vector)."""
+    def _engine(self, instruction: str, reads: list, dst: str, width: int, op: str = "",
+                op1: str | None = None) -> str:
+        """`, engine=...` for the instruction, or '' for its default engine (Vector). A
+        tensor_scalar goes only where the documented API lets its operators run (nki_api)."""
         if not self.balance:
             return ""
         tiles = [self._base(x) for x in reads + [dst] if isinstance(x, str)]
@@ -241,8 +247,11 @@ class NkiEmitter:
                    "gpsimd": 2.0}
         else:
             per = {"vector": 1.0, "gpsimd": 1.0, **({"scalar": 1.0} if self.scalar_copies else {})}
+        if instruction == "tensor_scalar":
+            allowed = tensor_scalar_engines(op, op1)
+            per = {e: c for e, c in per.items() if e in allowed}
         if psum:
-            per.pop("gpsimd")  # GpSimd cannot reach PSUM
+            per.pop("gpsimd", None)  # GpSimd cannot reach PSUM
         cost = {e: self.trips * (60 + per[e] * width) / self.clocks[e] for e in per}
         best = min(per, key=lambda e: (self.load[e] + cost[e], e != "vector"))
         self.load[best] += cost[best]
@@ -397,13 +406,15 @@ class NkiEmitter:
             kwargs, reads = [], []
             for slot, arg in st.args:
                 sl = next((x for x in spec.slots if x.name == slot), None)
-                takes_tile = sl is not None and Form.IMMEDIATE not in sl.forms
+                takes_tile = sl is not None and (Form.IMMEDIATE not in sl.forms or (
+                    slot == "bias" and not self.immediate_bias))
                 v = self._program_arg(arg, operands, vals, binding)
                 if isinstance(v, Predicate):  # evaluated on the fly from the tile's positions
                     kwargs.extend(self._predicate_args(v))
                     continue
                 if isinstance(v, (int, float)) and takes_tile:
-                    v = self.view(self._const_tile(float(v), partitions, width), partitions, "0", width)
+                    cols = 1 if slot == "bias" else width  # a bias is one value per partition
+                    v = self.view(self._const_tile(float(v), partitions, cols), partitions, "0", cols)
                 elif isinstance(v, (int, float)):
                     v = repr(float(v))
                 reads.append(v)
@@ -444,8 +455,8 @@ class NkiEmitter:
                 kwargs.append(f"{kw}={self._hole(kw if hole != 'func' else 'op', value)}")
             kwargs.extend(self._FIXED_KW.get(st.instruction, ()))
             if st.instruction in ("tensor_tensor", "tensor_scalar") and hasattr(self, "_engine"):
-                op = next((str(getattr(v, "value", v)) for h, v in st.holes if h in ("op", "op0")), "")
-                eng = self._engine(st.instruction, reads, main, width, op)
+                ops = {h: str(getattr(v, "value", v)) for h, v in st.holes if h in ("op", "op0", "op1") and v}
+                eng = self._engine(st.instruction, reads, main, width, ops.get("op", ops.get("op0", "")), ops.get("op1"))
                 if eng:
                     kwargs.append(eng[2:])
             self.line(f"nisa.{st.instruction}({', '.join(head + kwargs)})")

@@ -45,7 +45,8 @@ class TrainiumTarget:
     def emitter(self, dtype: str):
         from axon.targets.trainium.emitter import NkiEmitter, engine_clocks
 
-        return NkiEmitter(dtype, engine_clocks(self.name), scalar_copies=self.engine_balance)
+        return NkiEmitter(dtype, engine_clocks(self.name), scalar_copies=self.engine_balance,
+                          immediate_bias=self.name != "trn1")
 
     def synthesizer(self):
         """The synthesis stage over this target's instruction specs: the only source of lowerings
@@ -82,9 +83,10 @@ class TrainiumTarget:
         from axon.targets.trainium.simulator import ShapeDtype, simulate_source
 
         args = {k: (ShapeDtype(v.shape, _dtype_name(v.dtype)) if timing_only else v) for k, v in inputs.items()}
-        # Axon's own kernel: more live SBUF/PSUM than the target has is a defect, not a spill
+        # Axon's own kernel: more live SBUF/PSUM than the target has is a defect, not a spill, and
+        # a call outside the documented NKI API is an error (nki_api.py)
         res = simulate_source(source, None, args, target=self.name, timing_only=timing_only, partial=partial,
-                              strict_capacity=True)
+                              strict_capacity=True, strict_api=True)
         est = estimate(res.trace, self.hw, keep_schedule=keep_schedule)
         outs = None
         if not timing_only:
@@ -113,11 +115,12 @@ class TrainiumTarget:
 @functools.cache
 def model_fingerprint() -> str:
     """A hash of the sources that turn a kernel into a latency: the simulator (it records the
-    instruction trace), the trace format, the hardware description and the performance model.
+    instruction trace), the trace format, the hardware description, the API table that decides
+    which of Axon's kernels run at all (nki_api.py) and the performance model.
     Cached results and benchmark rows carry it, so a model change never reuses old numbers."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for path in [root / "hardware.py", root / "perfmodel.py", root / "trace.py",
+    for path in [root / "hardware.py", root / "perfmodel.py", root / "trace.py", root / "nki_api.py",
                  *sorted((root / "simulator").glob("*.py"))]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:12]

@@ -298,7 +298,7 @@ def _to_output(value, where="", partial=False):
 def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "trn2",
              timing_only: bool = False, max_instructions: int = 5_000_000,
              time_limit_s: float | None = None, partial: bool = False, grid: tuple | None = None,
-             strict_capacity: bool = False) -> SimResult:
+             strict_capacity: bool = False, strict_api: bool = False) -> SimResult:
     """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value);
     `partial` as in `_to_output`. `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
     each runs in turn with its own `nl.program_id` (switching at `nisa.core_barrier`, spmd.py),
@@ -306,7 +306,10 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     (the trace holds every instance's instructions, on one NeuronCore).
     On-chip capacity is accounted by liveness after the run (liveness.py): with
     `strict_capacity` (Axon's own kernels) more live SBUF/PSUM than the target has is an error;
-    without it (kernels written by users) the excess is spilled to HBM by DMAs in the trace."""
+    without it (kernels written by users) the excess is spilled to HBM by DMAs in the trace.
+    `strict_api` (Axon's own kernels): every current-API nki.isa call is held to the documented
+    API of nki_api.NKI_VERSION (arguments, engines, memories, dtypes), as `axon simulate --lint`
+    checks it in the source; kernels written by users run with what the simulator accepts."""
     hw = get_target(target) if isinstance(target, str) else target
     grid = _check_grid(grid)
     missing = [p for p in kernel.params if p not in inputs and p not in kernel.defaults]
@@ -316,7 +319,7 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     if extra:
         raise InputError(f"kernel {kernel.name} has no parameter(s): {', '.join(extra)}")
     ctx = SimContext(hw, kernel.path, timing_only, max_instructions)
-    ctx.grid = grid
+    ctx.grid, ctx.strict_api = grid, strict_api
 
     def run():
         ns = execute(kernel.code, kernel.path, ctx)

@@ -37,6 +37,7 @@ class SimContext:
         self.placements: dict = {}  # explicit placement -> the last buffer placed there
         self.holds_earlier_data: set[int] = set()  # buffers placed over an earlier one's data
         self.masked_off = False  # the running instruction's mask is off everywhere: it reads nothing
+        self.strict_api = False  # current-API calls held to the documented API (nki_api.py)
 
     # ----- ids and lines -----------------------------------------------------------------
     def new_buffer_id(self) -> int:
@@ -62,6 +63,9 @@ class SimContext:
         if len(self.trace) >= self.max_instructions:
             raise KernelError(f"kernel issued more than {self.max_instructions} instructions "
                               f"(runaway loop?); raise max_instructions if this is intended")
+        if engine is Engine.GPSIMD and any(r.memory is Memory.PSUM for r in (*reads, *writes)):
+            # a hardware rule, for every kernel: the GpSimd Engine has no path to PSUM [nki_api]
+            raise KernelError(f"nisa.{opcode} on the GpSimd Engine cannot access PSUM (a tile of it is in PSUM)")
         ex = {"loops": self.loop_path} if self.loop_path else {}
         if extra:
             ex.update(extra)

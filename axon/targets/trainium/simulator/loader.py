@@ -26,6 +26,7 @@ import types
 import numpy as np
 
 from axon.errors import KernelError
+from axon.targets.trainium import nki_api
 
 from . import dtypes, indexing, isa, language, ops, registers
 from .memory import Tile
@@ -102,7 +103,34 @@ def _isa_function(ctx, name, impl, beta1: bool):
                 return _memset_beta1(ctx, *args, **kw)
             return impl(ctx, None, *args, **kw)
     call.__name__ = name
-    return call
+    if beta1 or name not in nki_api.ISA:
+        return call
+
+    api = nki_api.ISA[name]
+
+    def checked(*args, **kw):
+        if ctx.strict_api:
+            problems = nki_api.check_call(api, args, kw, _RUNTIME_FACTS, ctx.hw.name)
+            if problems:
+                raise KernelError(f"{problems[0]} [{api.page}]")
+        return call(*args, **kw)
+
+    checked.__name__ = name
+    return checked
+
+
+def _runtime_name(value):
+    """An engine (a string here), an operator (nl.add) or an enum constant, by name."""
+    if isinstance(value, str):
+        return value
+    op = getattr(value, "op", None)
+    return getattr(op, "name", None) if op is not None else None
+
+
+_RUNTIME_FACTS = nki_api.Facts(
+    memory=lambda v: v.buf.memory.value if isinstance(v, Tile) else None,
+    dtype=lambda v: dtypes.name(v.dtype) if isinstance(v, Tile) else None,
+    name=_runtime_name)
 
 
 def _memset_beta1(ctx, shape, value, dtype=None, mask=None, engine=None, **_):
