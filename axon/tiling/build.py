@@ -756,15 +756,14 @@ class KernelBuilder:
             lcol = _ex(("i_kb", kps * BM * P), ("i_kt", BM * P), ("i_r", P))
         slot = _ex(("i_r", NB), ("i_nt", NT))
         with em.loop("i_nb", N // NB):
+            # never zeroed: the first piece's matmuls overwrite, the later ones add (emitter.matmul)
             accs = {mm: em.alloc("acc", P, BM * NB, "accum") for mm in ph.matmuls}
-            for acc in accs.values():
-                em.fill(acc, 0.0)
             with em.loop("i_kb", K // KB):
                 wblk = {mm: self._weight_piece(mm, K, KT, NB, KB, P) for mm in ph.matmuls}
                 with em.loop("i_r", BM), em.loop("i_nt", NB // NT):
                     for mm in ph.matmuls:
                         em.matmul(accs[mm], tile, wblk[mm], P, KT, NT, kps, lcol, _ex(("i_kt", NB), ("i_nt", NT)),
-                                  step=self.lowerer.matmul(mm).steps[0], zero=False, acc_col=slot)
+                                  step=self.lowerer.matmul(mm).steps[0], acc_col=slot)
             with em.loop("i_r", BM):
                 rows = _ex(rows0, ("i_r", P))
                 packs = self._packs(ph, NB, P, consumers, owner, pi)

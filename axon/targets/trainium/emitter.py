@@ -276,7 +276,6 @@ class NkiEmitter:
                 acc = self.fresh("bc")
                 self.line(f"{acc} = nl.ndarray(({partitions}, {width}), dtype=nl.float32, buffer=nl.psum)")
                 self.tile_mem[acc], self.tile_dtype[acc] = "psum", "f32"
-                self.line(f"nisa.memset(dst={acc}, value=0.0)")
                 self.line(f"nisa.nc_matmul(dst={acc}, stationary={one}, moving={row}[0:1, {c0}:{c0} + {width}])")
                 self.copy(f"{dst}[0:{partitions}, {c0}:{c0} + {width}]", acc)
 
@@ -331,17 +330,18 @@ class NkiEmitter:
 
     # -- compute ----------------------------------------------------------------------------
     def matmul(self, acc: str, lhsT: str, rhs: str, partitions: int, k: int, n: int, k_tiles: int,
-               lhs_col: str, rhs_col: str, step=None, zero: bool = True, acc_col: str = "0") -> None:
+               lhs_col: str, rhs_col: str, step=None, acc_col: str = "0") -> None:
         """acc = lhsT^T @ rhs accumulated over k_tiles, by the synthesized `step` (one instruction whose
-        slot reading operand 0 transposed takes lhsT and whose other slot takes rhs). `zero=False`:
-        add to what acc[:, acc_col:acc_col + n] holds (a weight piece of a streamed contraction)."""
+        slot reading operand 0 transposed takes lhsT and whose other slot takes rhs), into
+        acc[:, acc_col:acc_col + n]. `acc` is a fresh PSUM tile, never zeroed: with nc_matmul's
+        default `accumulate` the first matmul into a location overwrites and the later ones add (a
+        streamed contraction's later weight pieces add to the first's); a memset first would be a
+        wasted instruction, and accumulating onto a memset's PSUM is undefined on NeuronCore-v2/v3."""
         name, stat, mov = "nc_matmul", "stationary", "moving"
         if step is not None:
             name = step.instruction
             stat = next(s for s, a in step.args if a.kind == "operand" and a.transposed)
             mov = next(s for s, a in step.args if a.kind == "operand" and not a.transposed)
-        if zero:
-            self.line(f"nisa.memset(dst={acc}, value=0.0)")
         dst = f"{acc}[0:{partitions}, 0:{n}]" if acc_col == "0" else f"{acc}[0:{partitions}, {acc_col}:{acc_col} + {n}]"
         with self.loop("i_kt", k_tiles):
             self.line(f"nisa.{name}(dst={dst}, "

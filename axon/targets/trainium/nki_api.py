@@ -179,6 +179,10 @@ def _differ(a: Optional[str], b: Optional[str]) -> bool:
     return bool(a and b and a != b and "." not in a + b)
 
 
+def _is_false(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
 def _is_number(value) -> bool:
     if isinstance(value, ast.AST):
         return isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) or (
@@ -215,6 +219,7 @@ class _Linter(ast.NodeVisitor):
         self.memory: dict[str, str] = {}
         self.dtype: dict[str, str] = {}  # tile -> dtype name, or "<param>.dtype"
         self.alias: dict[str, str] = {}  # DT = x.dtype
+        self.zeroed: dict[str, int] = {}  # PSUM tile -> the line of the memset that zeroed it
         self.findings: list[Finding] = []
         self.facts = Facts(self._memory_of, self._dtype_of, self._name_of)
 
@@ -284,6 +289,18 @@ class _Linter(ast.NodeVisitor):
         kwargs = {k.arg: k.value for k in node.keywords if k.arg is not None}
         for text in check_call(api, tuple(node.args), kwargs, self.facts, self.target):
             self._add(node, f"{text} [{api.page}]")
+        self._zeroed_psum(name, node.args[0] if node.args else kwargs.get("dst"), kwargs, api)
+
+    def _zeroed_psum(self, name: str, dst, kwargs: dict, api: Api) -> None:
+        """A PSUM tile zeroed by memset, then accumulated into by nc_matmul: undefined on
+        NeuronCore-v2/v3 (nc_matmul's `accumulate`); a fresh PSUM tile needs no zeroing."""
+        base = self._base(dst) if dst is not None else None
+        if name == "memset" and self.memory.get(base) == PSUM:
+            self.zeroed[base] = dst.lineno
+        elif name == "nc_matmul" and base in self.zeroed and not _is_false(kwargs.get("accumulate")):
+            self._add(dst, f"nki.isa.nc_matmul accumulates onto PSUM {base} zeroed by memset (line "
+                           f"{self.zeroed.pop(base)}): undefined before NeuronCore-v4; leave a fresh PSUM tile "
+                           f"unzeroed (the first matmul overwrites) [{api.page}]")
 
     # ---- what the source says about a value ----------------------------------------------------
     def _add(self, node, text: str, severity: str = "error") -> None:

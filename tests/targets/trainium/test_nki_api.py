@@ -124,3 +124,12 @@ def test_gpsimd_reaching_psum_is_refused_in_every_kernel():
     with pytest.raises(KernelError, match="GpSimd Engine cannot access PSUM"):
         simulate_source(MISUSES["gpsimd reads psum"][0], None, {"x": ShapeDtype((128, 512), "float32")},
                         timing_only=True)
+
+
+def test_accumulating_onto_a_memset_psum_tile_is_a_finding():
+    zeroed = kernel("p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)", "nisa.memset(dst=p, value=0.0)",
+                    "nisa.nc_matmul(dst=p, stationary=t[0:128, 0:128], moving=t)", "nisa.tensor_copy(dst=t, src=p)")
+    (finding,) = lint(zeroed)
+    assert finding.line == 13 and "zeroed by memset (line 12)" in finding.text
+    overwrite = zeroed.replace("moving=t)", "moving=t, accumulate=False)")
+    assert lint(overwrite) == []
