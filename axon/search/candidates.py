@@ -60,7 +60,9 @@ class Candidate:
                           for i, p in enumerate(self.passes))
         packed = f", rows packed {self.options.packed} per partition" if self.options.packed > 1 else ""
         packed += f", {self.options.fold} heads folded into the rows" if self.options.fold else ""
-        return f"variant {self.variant}, {self.fusion}, stationary via {self.options.stationary}{packed}, {tiles}"
+        has_matmul = any(n.op.value == "matmul" for p in self.passes for n in p.group.nodes)
+        stationary = f", stationary via {self.options.stationary}" if has_matmul else ""  # only a matmul has one
+        return f"variant {self.variant}, {self.fusion}{stationary}{packed}, {tiles}"
 
 
 @dataclass
