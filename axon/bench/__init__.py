@@ -299,6 +299,8 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
             record(row)
         else:
             jobs.append((f"[{i + 1}/{len(todo)}] {name} {case}", name, case, sizes))
+    if workers > 1:  # side by side, the longest cases first, so no long one is left to run alone at the end
+        jobs.sort(key=_expected_cost(load(json_path) if fresh else old), reverse=True)
     with tempfile.TemporaryDirectory(prefix="axon_bench_cache_") as tmp:
         side_by_side = max(1, min(workers, len(jobs)))
         # cases run side by side share the cores: each one's timing runs go one after another
@@ -310,6 +312,18 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
     _finish(doc)
     write(doc, json_path)
     return doc
+
+
+def _expected_cost(old: Optional[dict]):
+    """A job's expected cost, for ordering only: its wall time in the previous report (under any
+    model); a case without one goes before those (the product of its sizes, far above any time)."""
+    walls = {(c["benchmark"], c["case"]): c["wall_s"] for c in (old or {}).get("cases", []) if c.get("wall_s")}
+
+    def cost(job: tuple) -> float:
+        _, name, case, sizes = job
+        return walls.get((name, case), float(_work(sizes)))
+
+    return cost
 
 
 def _measure_job(job: tuple, target: str, dtype: str, budget_s: float, cache_dir: str, say, corpus, model: str,
