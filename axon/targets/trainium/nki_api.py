@@ -124,9 +124,13 @@ class Facts:
     name: Callable[[object], Optional[str]]
 
 
-def check_call(api: Api, args: tuple, kwargs: dict, facts: Facts, target: str) -> list[str]:
-    """What is wrong with calling `api` with these arguments under NKI_VERSION (empty: nothing)."""
+def check_call(api: Api, args: tuple, kwargs: dict, facts: Facts, target: str,
+               hardware_only: bool = False) -> list[str]:
+    """What is wrong with calling `api` with these arguments under NKI_VERSION (empty: nothing).
+    `hardware_only`: only what no compiler can make right (GpSimd has no path to PSUM)."""
     call = f"nki.{api.module}.{api.name}"
+    if hardware_only:
+        return [p for p in check_call(api, args, kwargs, facts, target) if "GpSimd cannot access" in p]
     problems = []
     if len(args) > len(api.params):
         problems.append(f"{call} takes {len(api.params)} arguments, got {len(args)} positional")

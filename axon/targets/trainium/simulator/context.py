@@ -63,9 +63,6 @@ class SimContext:
         if len(self.trace) >= self.max_instructions:
             raise KernelError(f"kernel issued more than {self.max_instructions} instructions "
                               f"(runaway loop?); raise max_instructions if this is intended")
-        if engine is Engine.GPSIMD and any(r.memory is Memory.PSUM for r in (*reads, *writes)):
-            # a hardware rule, for every kernel: the GpSimd Engine has no path to PSUM [nki_api]
-            raise KernelError(f"nisa.{opcode} on the GpSimd Engine cannot access PSUM (a tile of it is in PSUM)")
         ex = {"loops": self.loop_path} if self.loop_path else {}
         if extra:
             ex.update(extra)
