@@ -173,7 +173,7 @@ def check_call(api: Api, args: tuple, kwargs: dict, facts: Facts, target: str,
             problems.append(f"{call} does not convert: dst is {a}, its source {b}")
     if api.name == "nc_matmul" and target in ("trn1", "trn2"):
         dt = facts.dtype(bound.get("dst"))
-        if dt and dt != "float32":
+        if dt and "." not in dt and dt != "float32":
             problems.append(f"{call}: dst is {dt}; it must be float32 before NeuronCore-v4")
     return problems
 
@@ -181,6 +181,20 @@ def check_call(api: Api, args: tuple, kwargs: dict, facts: Facts, target: str,
 def _differ(a: Optional[str], b: Optional[str]) -> bool:
     """Two dtypes known to differ ("x.dtype", a kernel argument's, is known only as itself)."""
     return bool(a and b and a != b and "." not in a + b)
+
+
+def _tensor_params(fn: ast.FunctionDef) -> set[str]:
+    """The kernel's parameters used as tensors (indexed, or their shape or dtype read): the others
+    may be scalar arguments (eps)."""
+    params = {a.arg for a in fn.args.args}
+    used = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
+            used.add(n.value.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in ("shape", "dtype",
+                                                                                           "reshape"):
+            used.add(n.value.id)
+    return params & used
 
 
 def _is_false(node) -> bool:
@@ -224,6 +238,7 @@ class _Linter(ast.NodeVisitor):
         self.dtype: dict[str, str] = {}  # tile -> dtype name, or "<param>.dtype"
         self.alias: dict[str, str] = {}  # DT = x.dtype
         self.zeroed: dict[str, int] = {}  # PSUM tile -> the line of the memset that zeroed it
+        self.saw_beta1 = False
         self.findings: list[Finding] = []
         self.facts = Facts(self._memory_of, self._dtype_of, self._name_of)
 
@@ -237,8 +252,17 @@ class _Linter(ast.NodeVisitor):
             parts = a.name.split(".")
             if parts[0] == "nki":
                 self.modules[a.asname or parts[0]] = parts[-1] if a.asname and len(parts) > 1 else "nki"
+            self._beta1(node, a.name)
+
+    def _beta1(self, node, module: Optional[str]) -> None:
+        """One finding, at the first import of the beta-1 namespace."""
+        if module and module.split(".")[:2] == ["neuronxcc", "nki"] and not self.saw_beta1:
+            self.saw_beta1 = True
+            self._add(node, f"{module} is the beta-1 API; NKI {NKI_VERSION} is `import nki` (its calls are not "
+                            "checked)")
 
     def visit_ImportFrom(self, node):
+        self._beta1(node, node.module)
         if node.module == "nki":
             for a in node.names:
                 if a.name in ("isa", "language"):
@@ -246,9 +270,9 @@ class _Linter(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node):
         if any(self._module_of(d) == "jit" for d in node.decorator_list):
-            for a in node.args.args:  # a kernel's arguments live in HBM
-                self.memory[a.arg] = HBM
-                self.dtype[a.arg] = f"{a.arg}.dtype"
+            for name in _tensor_params(node):  # a kernel's tensor arguments live in HBM
+                self.memory[name] = HBM
+                self.dtype[name] = f"{name}.dtype"
         self.generic_visit(node)
 
     def visit_Assign(self, node):
@@ -288,7 +312,7 @@ class _Linter(ast.NodeVisitor):
         api = (ISA if module == "isa" else LANGUAGE).get(name)
         if api is None:
             if module == "isa" and not self._simulated(name):
-                self._add(node, f"nki.isa.{name} is not an NKI {NKI_VERSION} instruction Axon knows")
+                self._add(node, f"nki.isa.{name} is not in Axon's table of NKI {NKI_VERSION}: not checked", "note")
             return
         kwargs = {k.arg: k.value for k in node.keywords if k.arg is not None}
         for text in check_call(api, tuple(node.args), kwargs, self.facts, self.target):

@@ -68,6 +68,8 @@ def test_removed_and_deprecated_names():
     findings = lint(source)
     assert [(f.severity, "par_dim" in f.text) for f in findings] == [("deprecated", False), ("error", True)]
     assert lint("def broken(:\n")[0].text.startswith("does not parse")
+    (beta1,) = lint("import neuronxcc.nki.isa as nisa\nfrom neuronxcc.nki import language\n")
+    assert beta1.line == 1 and "beta-1 API" in beta1.text
 
 
 def test_a_number_as_bias_is_a_trn2_form():
