@@ -106,6 +106,8 @@ def resolve_program(program: Union[Program, str]) -> tuple[Program, Optional[obj
 
 
 def resolve_sizes(prog: Program, bench, sizes: Union[Mapping[str, int], str, None]) -> dict[str, int]:
+    if sizes is None and bench is None and not prog.dims:
+        return {}  # every dimension is a literal
     if sizes is None or isinstance(sizes, str):
         if bench is None:
             raise InputError(f"{prog.name}: give --sizes (a case name needs a benchmark)")
