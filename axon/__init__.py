@@ -23,6 +23,22 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     return _optimize(program, sizes, target=target, dtype=dtype, **options)
 
 
+def from_torch(fn, example_inputs, dims=None, name=None):
+    """The Axon program of a PyTorch function or module at example inputs (torch.export's ATen
+    graph); see axon.frontend.from_torch. Needs the [torch] extra."""
+    from axon.frontend.from_torch import from_torch as _from_torch
+
+    return _from_torch(fn, example_inputs, dims=dims, name=name)
+
+
+def from_jax(fn, example_inputs, dims=None, name=None):
+    """The Axon program of a JAX function at example inputs (its jaxpr); see
+    axon.frontend.from_jax. Needs the [jax] extra."""
+    from axon.frontend.from_jax import from_jax as _from_jax
+
+    return _from_jax(fn, example_inputs, dims=dims, name=name)
+
+
 def verify(f, g, **options):
     """Prove two programs equivalent for all sizes, or refute them with a NumPy-confirmed
     counterexample; see axon.verification. Imported on first use: it loads z3."""
@@ -32,8 +48,8 @@ def verify(f, g, **options):
 
 
 __all__ = [
-    "program", "Program", "benchmark", "verify", "optimize",
+    "program", "Program", "benchmark", "verify", "optimize", "from_torch", "from_jax",
     "exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "silu", "relu", "sigmoid", "tanh", "gelu",
-    "maximum", "minimum", "matmul", "transpose",
+    "maximum", "minimum", "matmul", "transpose", "where", "arange", "concatenate", "equal",
     "AxonError", "ShapeError", "UnsupportedError", "InputError", "KernelError",
 ]

@@ -4,7 +4,8 @@
 
 `jax.make_jaxpr` gives the primitives of one call at the example inputs; pytree inputs are
 flattened and each leaf is one program input, named by its path (`params["wq"]` becomes `params_wq`).
-Arrays the function closes over become inputs too (their values are `program.parameters`). Each
+Arrays the function closes over become inputs too (their values and the example inputs' are
+`program.examples`). Each
 primitive is replayed on Axon's traced tensors by the table below; nested jaxprs (jit, custom_jvp
 such as jax.nn.silu and softmax) are replayed inline. The first primitive with no entry stops the
 import with one line naming it and the user's line that made it.
@@ -27,6 +28,7 @@ from axon.frontend.imported import declared_dims, identifier, make_program, size
 from axon.frontend.tracer import Tensor
 from axon.semantics.ops import Op
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
+from axon.semantics.sizes import Size
 
 
 def from_jax(fn, example_inputs, dims=None, name: Optional[str] = None):
@@ -43,9 +45,8 @@ def from_jax(fn, example_inputs, dims=None, name: Optional[str] = None):
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise UnsupportedError(f"jax.make_jaxpr could not trace {_name(fn)}: {type(err).__name__}: {first}") from None
     jaxpr = closed.jaxpr
-    leaves = _leaf_names(fn, example_inputs, jax)
     taken: set[str] = set()
-    names = [identifier(n, taken) for n in leaves]
+    names = [identifier(n, taken) for n in _leaf_names(fn, example_inputs, jax)]
     consts = [identifier(f"const{i}", taken) for i in range(len(jaxpr.constvars))]
     shapes = {}
     for n, var in zip(consts + names, list(jaxpr.constvars) + list(jaxpr.invars)):
@@ -54,16 +55,18 @@ def from_jax(fn, example_inputs, dims=None, name: Optional[str] = None):
         shapes[n] = tuple(int(d) for d in var.aval.shape)
     _check(jaxpr)
     declared = declared_dims(shapes, dims)
-    parameters = {n: _numpy(c) for n, c in zip(consts, closed.consts)}
+    values = list(closed.consts) + jax.tree_util.tree_leaves(example_inputs)
+    examples = {n: _numpy(v) for n, v in zip(consts + names, values)}
 
     def interpret(tensors: dict):
         env = {v: tensors[n] for n, v in zip(consts + names, list(jaxpr.constvars) + list(jaxpr.invars))}
         outs = _run(jaxpr, env, lambda v: size_of(v, declared, shapes))
+        outs = [o.tensor.reshape(*var.aval.shape) if isinstance(o, _Kept) else o for o, var in zip(outs, jaxpr.outvars)]
         for out, var in zip(outs, jaxpr.outvars):
             _full(out, var.aval.shape, "the output")
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    return make_program(name or identifier(_name(fn), set()), shapes, declared, interpret, parameters)
+    return make_program(name or identifier(_name(fn), set()), shapes, declared, interpret, examples)
 
 
 def _name(fn) -> str:
@@ -137,7 +140,11 @@ def _run(jaxpr, env: dict, size) -> list:
                     raise UnsupportedError("a nested function that closes over arrays")
                 outs = _run(inner, dict(zip(inner.invars, args)), size)
             else:
-                out = LAX[eqn.primitive.name](_Eqn(eqn, size), *args)
+                entry, ctx = LAX[eqn.primitive.name], _Eqn(eqn, size)
+                if eqn.primitive.name in _ELEMENTWISE and any(isinstance(a, _Kept) for a in args):
+                    out = _on_kept(entry, ctx, args)
+                else:
+                    out = entry(ctx, *args)
                 outs = list(out) if eqn.primitive.multiple_results else [out]
         except UnsupportedError as err:
             raise UnsupportedError(f"{_where(eqn)}: {eqn.primitive.name}: {err}") from None
@@ -155,9 +162,34 @@ class _Eqn:
         self.in_shapes = [tuple(int(d) for d in getattr(v.aval, "shape", ())) for v in eqn.invars]
 
 
+class _Kept:
+    """A reduction's result whose reduced axes Axon keeps (as units) where JAX drops them: a kernel
+    needs the [rows, 1] column, and jnp broadcasts it back (broadcast_in_dim) before using it.
+    `dropped`: those axes, in the tensor's own numbering."""
+
+    def __init__(self, tensor: Tensor, dropped: tuple[int, ...]):
+        self.tensor, self.dropped = tensor, tuple(sorted(dropped))
+
+    def axes(self) -> list[int]:
+        """The tensor's axis of each of JAX's axes."""
+        return [i for i in range(self.tensor.ndim) if i not in self.dropped]
+
+
+def _on_kept(entry, ctx, args):
+    """An element-wise primitive on kept values (with numbers): computed on their tensors."""
+    kept = [a for a in args if isinstance(a, _Kept)]
+    if any(isinstance(a, Tensor) for a in args) or len({k.dropped for k in kept}) > 1:
+        raise UnsupportedError("an element-wise operator between a reduction's result and another tensor "
+                               "without broadcasting it first")
+    out = entry(ctx, *[a.tensor if isinstance(a, _Kept) else a for a in args])
+    return _Kept(out, kept[0].dropped) if isinstance(out, Tensor) else out
+
+
 def _full(x, shape, what: str):
     """Refuse an implicit broadcast where the operator needs the whole tensor: an axis that is 1
     in Axon's value and larger in JAX's."""
+    if isinstance(x, _Kept):
+        raise UnsupportedError(f"{what} is a reduction's result that is not broadcast back first")
     if isinstance(x, Tensor) and any(not d.symbols and d.evaluate_int({}) == 1 and n != 1
                                      for d, n in zip(x.shape, shape)):
         raise UnsupportedError(f"{what} is a broadcast to {tuple(shape)} of a {x.describe()} value; "
@@ -175,14 +207,16 @@ def _structural(fn):
 
 
 def _broadcast(eqn, x, *_):
+    """The operand with unit axes where JAX broadcasts (Axon's operators broadcast them); a kept
+    reduction usually has them already, so nothing is reshaped."""
     shape, kept = eqn.shape, eqn.params["broadcast_dimensions"]
-    if not isinstance(x, Tensor):
+    if not isinstance(x, (Tensor, _Kept)):
         return x  # a number broadcasts by itself
-    if tuple(kept) == tuple(range(len(shape) - x.ndim, len(shape))) and x.ndim == len(shape):
-        return x
-    sizes = iter(x.shape)
-    target = [next(sizes) if i in kept else 1 for i in range(len(shape))]
-    return x.reshape(*target)
+    tensor, axes = (x.tensor, x.axes()) if isinstance(x, _Kept) else (x, list(range(x.ndim)))
+    target = [tensor.shape[axes[kept.index(i)]] if i in kept else Size.of(1) for i in range(len(shape))]
+    while len(target) > tensor.ndim and target[0] == Size.of(1):
+        target.pop(0)  # leading unit axes: NumPy broadcasting adds them by itself
+    return tensor if tuple(target) == tuple(tensor.shape) else tensor.reshape(*target)
 
 
 def _dot_general(eqn, a, b):
@@ -194,13 +228,19 @@ def _dot_general(eqn, a, b):
     if len(lc) != 1 or len(rfree) > 1:
         raise UnsupportedError("a contraction over several axes, or several free axes on the right")
     left = _permuted(a, [*lb, *lfree, *lc])
+    extra, nb = len(lfree) - 1, len(rb)
+    if extra > 0 and list(rb) == list(range(nb)):
+        # unit axes after the batch, before the permutation: k^T stays a transpose of the last two
+        b = b.reshape(*b.shape[:nb], *[1] * extra, *b.shape[nb:])
+        rb, rc, rfree = [*range(nb + extra)], [c + extra for c in rc], [f + extra for f in rfree]
+        extra = 0
     right = _permuted(b, [*rb, *rc, *rfree])
     if not lfree:
         left = left[..., None, :]
     if not rfree:
         right = right[..., None]
-    if len(lfree) > 1:
-        right = right.reshape(*right.shape[:len(rb)], *[1] * (len(lfree) - 1), *right.shape[len(rb):])
+    if extra > 0:
+        right = right.reshape(*right.shape[:nb], *[1] * extra, *right.shape[nb:])
     out = left @ right
     return out.reshape(*(eqn.size(d) for d in eqn.shape)) if not lfree or not rfree else out
 
@@ -210,12 +250,16 @@ def _permuted(x, perm):
 
 
 def _reduce(method):
+    """A reduction, its axes kept as units (see _Kept)."""
     def entry(eqn, x):
-        return getattr(x, method)(axis=tuple(eqn.params["axes"]))
+        x = x if isinstance(x, _Kept) else _Kept(x, ())
+        axes = [x.axes()[a] for a in eqn.params["axes"]]
+        return _Kept(getattr(x.tensor, method)(axis=tuple(axes), keepdims=True), x.dropped + tuple(axes))
     return entry
 
 
 def _reshape(eqn, x, *_):
+    x = x.tensor if isinstance(x, _Kept) else x
     return x.reshape(*(eqn.size(d) for d in eqn.shape))
 
 
@@ -236,6 +280,11 @@ def _iota(eqn):
     dim, shape = eqn.params["dimension"], eqn.shape
     vec = F.arange(eqn.size(shape[dim]))
     return vec.reshape(*[eqn.size(n) if i == dim else 1 for i, n in enumerate(shape)])
+
+
+_ELEMENTWISE = {"add", "sub", "mul", "div", "max", "min", "ge", "gt", "le", "lt", "eq", "neg", "exp", "log", "sqrt",
+                "rsqrt", "logistic", "tanh", "square", "integer_pow", "select_n", "stop_gradient", "copy", "copy_p",
+                "convert_element_type"}
 
 
 def _same(eqn, x):
@@ -282,8 +331,8 @@ LAX = {
     "select_n": _select, "stop_gradient": _same, "copy": _same, "copy_p": _same, "convert_element_type": _convert,
     "broadcast_in_dim": _broadcast, "iota": _iota,
     "dot_general": _structural(_dot_general),
-    "reduce_sum": _structural(_reduce("sum")), "reduce_max": _structural(_reduce("max")),
-    "reshape": _structural(_reshape), "squeeze": _structural(_reshape), "expand_dims": _structural(_reshape),
+    "reduce_sum": _reduce("sum"), "reduce_max": _reduce("max"),
+    "reshape": _reshape, "squeeze": _reshape, "expand_dims": _reshape,
     "transpose": _structural(lambda eqn, x: x.transpose(*eqn.params["permutation"])),
     "slice": _structural(_slice),
     "concatenate": _structural(lambda eqn, *xs: F.concatenate(xs, axis=eqn.params["dimension"])),

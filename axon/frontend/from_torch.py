@@ -4,7 +4,7 @@
 
 torch.export gives the ATen graph of one call at the example inputs, with the module's parameters
 and buffers lifted to inputs (named after them: `q.weight` becomes the input `q_weight`; their
-values are `program.parameters`). Each ATen operator is replayed on Axon's traced tensors by the
+values and the example inputs are `program.examples`). Each ATen operator is replayed on Axon's traced tensors by the
 table below. The first operator with no entry stops the import with one line naming it and the
 line of the user's code that called it. Dtype conversions are the identity: an Axon program
 computes over the reals, and the kernel's dtype is chosen at optimize.
@@ -17,7 +17,7 @@ from typing import Optional
 
 import axon.frontend.functions as F
 from axon.errors import InputError, UnsupportedError
-from axon.frontend.imported import (attention, causal_visible, declared_dims, identifier, make_program, size_of,
+from axon.frontend.imported import (attention, declared_dims, identifier, make_program, size_of,
                                     softmax, unsupported)
 
 _INT64_MAX = 2**63 - 1
@@ -38,7 +38,7 @@ def from_torch(fn, example_inputs, dims=None, name: Optional[str] = None):
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise UnsupportedError(f"torch.export could not trace {_name(fn)}: {type(err).__name__}: {first}") from None
     graph = exported.graph
-    names, shapes, parameters = _inputs(exported, torch)
+    names, shapes, examples = _inputs(exported, example_inputs, torch)
     for node in graph.nodes:
         if node.op == "call_function" and _key(node) not in ATEN:
             raise unsupported("torch", str(node.target), _where(node))
@@ -62,7 +62,7 @@ def from_torch(fn, example_inputs, dims=None, name: Optional[str] = None):
                 return outs[0] if len(outs) == 1 else tuple(outs)
         raise InputError(f"{_name(fn)}: the exported graph has no output")
 
-    return make_program(name or identifier(_name(fn), set()), shapes, declared, interpret, parameters)
+    return make_program(name or identifier(_name(fn), set()), shapes, declared, interpret, examples)
 
 
 class _Wrapped:
@@ -82,11 +82,11 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _inputs(exported, torch):
+def _inputs(exported, example_inputs, torch):
     """Program input names (placeholder -> name), example shapes in order, and the values of the
-    lifted parameters, buffers and constants."""
+    example inputs and of the lifted parameters, buffers and constants."""
     taken: set[str] = set()
-    names, shapes, parameters = {}, {}, {}
+    names, shapes, examples = {}, {}, {}
     state = {**exported.state_dict, **getattr(exported, "constants", {})}
     user = [s for s in exported.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     lifted = [s for s in exported.graph_signature.input_specs if s.kind.name != "USER_INPUT"]
@@ -101,9 +101,9 @@ def _inputs(exported, torch):
         pname = identifier(spec.target if spec.kind.name != "USER_INPUT" else spec.arg.name, taken)
         names[node.name] = pname
         shapes[pname] = tuple(int(d) for d in value.shape)
-        if spec.kind.name != "USER_INPUT":
-            parameters[pname] = state[spec.target].detach().to(torch.float32).numpy()
-    return names, shapes, parameters
+        value = state[spec.target] if spec.kind.name != "USER_INPUT" else example_inputs[user.index(spec)]
+        examples[pname] = value.detach().to(torch.float32).numpy()
+    return names, shapes, examples
 
 
 def _key(node) -> str:

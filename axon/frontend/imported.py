@@ -73,8 +73,9 @@ def size_of(value: int, dims: Mapping[str, tuple], inputs: Mapping[str, tuple[in
 
 
 def make_program(name: str, inputs: Mapping[str, tuple[int, ...]], dims: Mapping[str, tuple],
-                 interpret: Callable[[dict], object], parameters: Mapping = None) -> Program:
-    """A Program whose inputs are `inputs` (in order) and whose body is `interpret(tensors)`."""
+                 interpret: Callable[[dict], object], examples: Mapping = None) -> Program:
+    """A Program whose inputs are `inputs` (in order) and whose body is `interpret(tensors)`;
+    `examples`: the values the import saw (`Program.examples`)."""
     def body(**tensors):
         return interpret(tensors)
 
@@ -82,7 +83,7 @@ def make_program(name: str, inputs: Mapping[str, tuple[int, ...]], dims: Mapping
     body.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in inputs])
     program = Program(body, dims, name=name)
-    program.parameters = dict(parameters or {})
+    program.examples.update(examples or {})
     return program
 
 

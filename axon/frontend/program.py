@@ -18,6 +18,7 @@ import numpy as np
 
 from axon.errors import InputError, ShapeError, UnsupportedError
 from axon.ir import Graph, input_node
+from axon.semantics.ops import ConstParams, IotaParams, Op, ReshapeParams, SliceParams
 from axon.frontend.tracer import Tensor, Trace
 from axon.semantics.evaluate import bind_sizes, dtype_named, evaluate
 from axon.semantics.sizes import Size, format_shape
@@ -29,6 +30,8 @@ class Program:
         self.name = name or fn.__name__
         self.input_dims = {k: tuple(v) for k, v in dims.items()}
         self.graph = self._trace()
+        # the values an import saw for its inputs: example inputs and a module's weights (from_torch, from_jax)
+        self.examples: dict[str, np.ndarray] = {}
 
     def _trace(self) -> Graph:
         params = list(inspect.signature(self.fn).parameters)
@@ -76,7 +79,8 @@ class Program:
         of a named dimension, so they hold at the literal; the synthesizer also checks its sketches
         at small sizes, which a literal 4096 forbids. A literal that the program needs as such (a
         reshape into 64 x 64, say) keeps its value: the program retraces without it."""
-        literals = sorted({d for dims in self.input_dims.values() for d in dims if _is_literal(d)})
+        # a unit axis stays one: it broadcasts, and a named size would not
+        literals = sorted({d for dims in self.input_dims.values() for d in dims if _is_literal(d) and d != 1})
         names, taken = {}, set(self.dims)
         for value in literals:
             name = f"n{value}"
@@ -178,7 +182,10 @@ def _is_literal(dim) -> bool:
 
 
 def _parse_dim(program_name: str, input_name: str, dim) -> Size:
-    """A declared dimension: a name ("k"), a positive integer, or an integer multiple ("2*h")."""
+    """A declared dimension: a name ("k"), a positive integer, an integer multiple ("2*h"), or a
+    `Size` (a program made from a graph: `program_of`)."""
+    if isinstance(dim, Size):
+        return dim
     if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
         return Size.of(dim)
     if isinstance(dim, str):
@@ -187,6 +194,71 @@ def _parse_dim(program_name: str, input_name: str, dim) -> Size:
             return Size.of(name) * int(factor or 1)
     raise ShapeError(f"program {program_name}: input {input_name!r} dimension {dim!r} must be a name, a positive "
                      "integer, or INT*name")
+
+
+def program_of(graph: Graph, name: str) -> Program:
+    """The program whose meaning is `graph` (a piece of a partitioned program, say): its body
+    replays the graph's nodes on traced tensors, so it traces back to the same graph. Traced at
+    named dimensions (`generalized`), a literal size in a node's parameters (a reshape's target,
+    an arange, a mean's count, a slice bound) is read as the input axis of that size, or a part of
+    it (x[..., 32:] of a 64-wide axis is x[..., d // 2:]), so the piece generalizes as written."""
+    def body(**tensors):
+        trace = Trace.active
+        env = {n: tensors[n.params.name] for n in graph.inputs}
+        named = _named_literals(graph, env)
+        for node in graph.nodes():
+            if node not in env:
+                ins = [env[i] for i in node.inputs]
+                env[node] = trace.apply(node.op, ins, _renamed_params(node, ins, named))
+        outs = tuple(env[o] for o in graph.outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    body.__name__ = name
+    body.__signature__ = inspect.Signature(
+        [inspect.Parameter(n.params.name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in graph.inputs])
+    literal = lambda d: d.evaluate_int({}) if not d.symbols else d  # a literal stays one (generalized)
+    return Program(body, {n.params.name: tuple(literal(d) for d in n.shape) for n in graph.inputs}, name=name)
+
+
+def _named_literals(graph: Graph, env) -> dict[int, Size]:
+    """Literal input sizes -> the sizes the replay traces them at, where one value has one name."""
+    seen: dict[int, set] = {}
+    for n in graph.inputs:
+        for d, t in zip(n.shape, env[n].shape):
+            if not d.symbols and t.symbols:
+                seen.setdefault(d.evaluate_int({}), set()).add(t)
+    return {v: next(iter(ts)) for v, ts in seen.items() if len(ts) == 1}
+
+
+def _renamed_params(node, ins, named: dict[int, Size]):
+    p = node.params
+    if not named:
+        return p
+    size = lambda d: named.get(d.evaluate_int({}), d) if isinstance(d, Size) and not d.symbols else d
+    if node.op is Op.RESHAPE:
+        return ReshapeParams(tuple(size(d) for d in p.shape))
+    if node.op is Op.IOTA:
+        return IotaParams(size(p.size))
+    if node.op is Op.CONST and isinstance(p.value, Size):
+        return ConstParams(size(p.value))
+    if node.op is Op.SLICE:
+        return SliceParams(tuple(_renamed_bounds(b, src, now) for b, src, now in
+                                 zip(p.slices, node.inputs[0].shape, ins[0].shape)))
+    return p
+
+
+def _renamed_bounds(bounds, was: Size, now: Size):
+    """A slice's literal bounds on an axis of literal size `was`, traced at size `now`."""
+    if was.symbols or not now.symbols:
+        return bounds
+    n = was.evaluate_int({})
+    start, stop, step = bounds
+
+    def part(b):
+        if not isinstance(b, int) or b == 0 or step != 1 or n % b:
+            return b
+        return now if b == n else now // (n // b)
+    return part(start), part(stop), step
 
 
 def program(fn: Optional[Callable] = None, /, *, name: Optional[str] = None, **dims):

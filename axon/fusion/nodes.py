@@ -51,21 +51,26 @@ class RowWorld:
         if base.rank < 2:
             raise UnsupportedError(f"output of rank {base.rank}: Axon's kernels need a row and a column axis")
         row = base.shape[-2]
-        batch = base.shape[:-2]
+        batch = _broadcast_batch([_untranspose(o).shape[:-2] for o in graph.outputs if _untranspose(o).rank >= 2])
         for o in graph.outputs[1:]:
             b = _untranspose(o)
             if b.rank < 2 or b.shape[-2] != row:
                 raise UnsupportedError("outputs with different row dimensions cannot share one kernel")
+            if not _batch_fits(b.shape[:-2], batch):
+                raise UnsupportedError("outputs with different batch dimensions cannot share one kernel")
         roles: dict[Node, str] = {}
         nodes = graph.nodes()
         index = positional(nodes)
         for node in nodes:
             roles[node] = "index" if node in index else _role(node, row, roles)
-        # a weight is whatever feeds a matmul's right slot
+        # a weight is whatever feeds a matmul's right slot: a value without the row axis, or an
+        # input read only there (self-attention's V: its t axis may have the size of the rows)
+        only_moving = {n.inputs[1] for n in nodes if n.op is Op.MATMUL} - {
+            x for n in nodes for slot, x in enumerate(n.inputs) if not (n.op is Op.MATMUL and slot == 1)}
         for node in graph.nodes():
             if node.op is Op.MATMUL:
                 rhs = node.inputs[1]
-                if roles.get(rhs) == "row" and rhs.shape[-2] != row:
+                if roles.get(rhs) == "row" and (rhs.shape[-2] != row or (rhs.op is Op.INPUT and rhs in only_moving)):
                     roles[rhs] = "weight"
                 if roles.get(rhs) not in ("weight", "input", "view"):
                     raise UnsupportedError(f"matmul's right operand {rhs.op.value} is computed on chip; "
@@ -80,6 +85,27 @@ class RowWorld:
 
     def is_column(self, node: Node) -> bool:
         return node.rank >= 2 and node.shape[-1] == ONE and node.shape[-2] == self.row
+
+
+def _broadcast_batch(shapes) -> tuple:
+    """The batch loops of several outputs: each axis the one that is not 1 (aligned right)."""
+    out: list = []
+    for shape in shapes:
+        shape = list(shape)
+        if len(shape) > len(out):
+            out = [ONE] * (len(shape) - len(out)) + out
+        for i, d in enumerate(shape):
+            j = len(out) - len(shape) + i
+            if out[j] == ONE:
+                out[j] = d
+    return tuple(out)
+
+
+def _batch_fits(shape, batch) -> bool:
+    """A value's leading axes run in the kernel's batch loops: equal to them, or 1 (aligned right)."""
+    if len(shape) > len(batch):
+        return False
+    return all(d == b or d == ONE for d, b in zip(shape, batch[len(batch) - len(shape):]))
 
 
 def _untranspose(node: Node) -> Node:

@@ -75,6 +75,8 @@ class OptimizeResult:
     baseline_source: str = field(default="", repr=False)  # the direct lowering's kernel (the report checks it)
     # instruction level: groups lowered together, instruction fusions, second-round propagation
     instructions: dict = field(default_factory=dict)
+    # what the winner implements: (the variant's Graph, the sizes binding its dimensions); not stored
+    implemented: Optional[tuple] = field(default=None, repr=False)
 
     @property
     def roofline_fraction(self) -> float:
@@ -131,17 +133,48 @@ def get_target(name: str):
 
 
 # --- the pipeline --------------------------------------------------------------------------
+class NotOneKernel(UnsupportedError):
+    """No variant of the program is one kernel: it is optimized as several (search.pipeline)."""
+
+
 def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16", *, budget_s: float = DEFAULT_BUDGET_S,
              variants: int = 8, out_dir: Optional[Union[str, Path]] = None, cache: Optional[ResultCache] = None,
              progress: Optional[Callable[[str], None]] = None, seed: int = 0, algebra: bool = True,
-             fusion: bool = True, executor=None) -> OptimizeResult:
-    """The fastest correct kernel for `program` at `sizes`. The ablations of the benchmark report:
-    `algebra=False` searches only the program as written (no propagation variants, no proofs);
-    `fusion=False` gives every operator its own pass (tiling and layout are still searched).
-    `executor` (search.executor) runs the timing simulations, several at once; the default is a
-    process per usable core. It never changes the result."""
-    say = progress or (lambda s: None)
+             fusion: bool = True, executor=None):
+    """The fastest correct kernel for `program` at `sizes` (an OptimizeResult); a program that no
+    kernel implements whole (a transformer block) is cut into kernels (fusion.kernels) and gives a
+    PipelineResult (search.pipeline). The ablations of the benchmark report: `algebra=False`
+    searches only the program as written (no propagation variants, no proofs); `fusion=False`
+    gives every operator its own pass (tiling and layout are still searched). `executor`
+    (search.executor) runs the timing simulations, several at once; the default is a process per
+    usable core. It never changes the result."""
     prog, bench = resolve_program(program)
+    options = dict(budget_s=budget_s, variants=variants, cache=cache, algebra=algebra, fusion=fusion,
+                   executor=executor or make_executor())
+    try:
+        return optimize_kernel(prog, bench, sizes, target, dtype, out_dir=out_dir, progress=progress, seed=seed,
+                               **options)
+    except NotOneKernel as err:
+        from axon.fusion.kernels import partition
+        from axon.search.pipeline import optimize_pipeline
+
+        part = partition(prog.graph)
+        if len(part.steps) < 2:
+            raise
+        if progress:
+            progress(f"{err}: optimizing it as several kernels")
+        return optimize_pipeline(prog, part, resolve_sizes(prog, bench, sizes), _optimize_piece, get_target(target),
+                                 dtype, seed=seed, out_dir=out_dir, progress=progress, **options)
+
+
+def _optimize_piece(prog, sizes, target, dtype, seed, progress, **options):
+    return optimize_kernel(prog, None, sizes, target, dtype, out_dir=None, seed=seed, progress=progress, **options)
+
+
+def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, budget_s: float, variants: int,
+                    out_dir, cache, progress, seed: int, algebra: bool, fusion: bool, executor) -> OptimizeResult:
+    """The fastest correct single kernel for `prog` (see optimize)."""
+    say = progress or (lambda s: None)
     given = sizes = resolve_sizes(prog, bench, sizes)
     prog, named = prog.generalized()  # literal dimensions searched as named ones bound to their value
     sizes = {**sizes, **named}
@@ -193,7 +226,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         # the program as written has no kernel: the direct lowering of the first variant that has one
         vi = next((i for i, (g, _) in enumerate(pool) if _lowers(g, lowerer)), None)
         if vi is None:
-            raise UnsupportedError(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
+            raise NotOneKernel(f"{prog.name} cannot be implemented on {tgt.name} as one kernel: {err}") from None
         baseline = direct_lowering(prog.name, pool[vi][0], sizes, tgt, dtype, lowerer)
         baseline.variant, baseline.rewrites = vi, pool[vi][1]
         say(f"the program as written has no kernel ({err}): the baseline is the direct lowering of variant {vi}")
@@ -284,7 +317,8 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
               f"max |err| / bound {check.worst_ratio:.3g})",
         checked={"rows": "all" if rows is None else rows.to_json(), "tolerance": check.tolerance,
                  "max_err_over_bound": check.worst_ratio},
-        winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source)
+        winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source,
+        implemented=(pool[cand.variant][0] if cand.rewrites or cand.variant else prog.graph, sizes))
     result.report = _report(result, cand, counts)
     trace = None
     if out_dir is not None:
@@ -298,7 +332,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
 
 # what a stored winner keeps of its OptimizeResult: everything but the search's own objects and
 # where this run wrote its files
-_NOT_STORED = ("winner", "kernel_path", "trace_path")
+_NOT_STORED = ("winner", "kernel_path", "trace_path", "implemented")
 
 
 def _stored_fields(result: OptimizeResult) -> dict:

@@ -812,6 +812,8 @@ class KernelBuilder:
                 raise UnsupportedError("a matmul operand that is a slice of rows or a strided slice of an input")
             c0 = _ex((c0, 1), cut[0]) if cut[0] else c0
         src = view_source(node) if self.w.roles.get(node) == "view" else node
+        if src not in self.hbm:  # e.g. a transpose of a value made on chip, as a moving operand
+            raise UnsupportedError(f"a matmul operand {src.op.value} that no pass stores in HBM")
         name = self.hbm[src]
         idx = self._batch_prefix(src) + [f"{r0}:{r0} + {nr}", f"{c0}:{c0} + {nc}"]
         return f"{name}[{', '.join(idx)}]"
