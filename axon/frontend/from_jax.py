@@ -25,7 +25,7 @@ import numpy as np
 import axon.frontend.functions as F
 from axon.errors import InputError, UnsupportedError
 from axon.frontend.imported import declared_dims, identifier, make_program, size_of, unsupported
-from axon.frontend.tracer import Tensor
+from axon.frontend.tracer import _PACKAGE_DIR, Tensor
 from axon.semantics.ops import Op
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import Size
@@ -119,7 +119,8 @@ def _where(eqn) -> str:
     frames = getattr(frame, "frames", None) if frame is not None else None
     for f in frames or ():
         path = f.file_name
-        if f"{os.sep}jax{os.sep}" not in path and f"{os.sep}jaxlib{os.sep}" not in path:
+        if not any(f"{os.sep}{p}{os.sep}" in path for p in ("jax", "jaxlib")) and \
+                not os.path.abspath(path).startswith(_PACKAGE_DIR + os.sep):
             return f"{os.path.basename(path)}:{f.line_num}"
     return ""
 

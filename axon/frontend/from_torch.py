@@ -11,12 +11,15 @@ computes over the reals, and the kernel's dtype is chosen at optimize.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import re
+import traceback
 from typing import Optional
 
 import axon.frontend.functions as F
 from axon.errors import InputError, UnsupportedError
+from axon.frontend.tracer import _PACKAGE_DIR
 from axon.frontend.imported import (attention, declared_dims, identifier, make_program, size_of,
                                     softmax, unsupported)
 
@@ -41,7 +44,8 @@ def from_torch(fn, example_inputs, dims=None, name: Optional[str] = None):
     names, shapes, examples = _inputs(exported, example_inputs, torch)
     for node in graph.nodes:
         if node.op == "call_function" and _key(node) not in ATEN:
-            raise unsupported("torch", str(node.target), _where(node))
+            where = _where(node) or _where_eager(module, example_inputs, node.target)
+            raise unsupported("torch", str(node.target), where)
     declared = declared_dims(shapes, dims)
 
     def interpret(tensors: dict):
@@ -66,16 +70,21 @@ def from_torch(fn, example_inputs, dims=None, name: Optional[str] = None):
 
 
 class _Wrapped:
-    """A plain function as the module torch.export takes."""
+    """A plain function as the module torch.export takes; its inputs keep the function's names."""
 
     def __new__(cls, fn):
         import torch
 
-        class Function(torch.nn.Module):
-            def forward(self, *args):
-                return fn(*args)
+        def forward(self, *args):
+            return fn(*args)
 
-        return Function()
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+            forward.__signature__ = inspect.Signature(
+                [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + params)
+        except (TypeError, ValueError):
+            pass  # a builtin: torch names the inputs args_0, args_1, ...
+        return type("Function", (torch.nn.Module,), {"forward": forward})()
 
 
 def _name(fn) -> str:
@@ -112,12 +121,38 @@ def _key(node) -> str:
 
 
 def _where(node) -> str:
-    """'file.py:line' of the user's code that made the node (its innermost frame outside torch)."""
+    """'file.py:line' of the user's code that made the node (its innermost frame outside torch and Axon)."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
     for path, line in reversed(frames):
-        if f"{os.sep}torch{os.sep}" not in path:
+        if f"{os.sep}torch{os.sep}" not in path and not os.path.abspath(path).startswith(_PACKAGE_DIR + os.sep):
             return f"{os.path.basename(path)}:{line}"
     return ""
+
+
+def _where_eager(module, example_inputs, target) -> str:
+    """'file.py:line' of the user's first call of the ATen operator `target`, found by running the
+    module once eagerly (torch.export keeps no stack for a function's own frames)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    found = []
+
+    class Find(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func == target and not found:
+                for frame in reversed(traceback.extract_stack()):
+                    path = os.path.abspath(frame.filename)
+                    if f"{os.sep}torch{os.sep}" not in path and not path.startswith(_PACKAGE_DIR + os.sep):
+                        found.append(f"{os.path.basename(path)}:{frame.lineno}")
+                        break
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with torch.no_grad(), Find():
+            module(*example_inputs)
+    except Exception:  # only a location was looked for
+        pass
+    return found[0] if found else ""
 
 
 class _Context:

@@ -12,7 +12,9 @@ projections as heads, its K is rotated on chip, the MLP's rows follow the attent
   * a reshape is never inside a piece. It is the *glue* between pieces: the value it reshapes is
     stored by one kernel, and the next kernel declares its input in the reshaped shape (row-major
     storage makes that free: the launcher passes `tensor.reshape(shape)`);
-  * values of positions (a causal mask) and constants are rebuilt in every piece that reads them.
+  * values of positions (a causal mask), constants and the views a kernel reads in place (a slice,
+    a transpose of the last two axes, of a value stored before) are rebuilt in every piece that
+    reads them.
 
 Every piece is an ordinary program: it is optimized, proved and checked like any other, and the
 pipeline is checked end to end against the whole program (search.pipeline).
@@ -124,7 +126,18 @@ class _Plan:
         return n.op in (Op.RESHAPE, Op.TRANSPOSE) and n not in self.index
 
     def computed(self, n: Node) -> bool:
-        return n.op not in (Op.INPUT, Op.CONST) and n not in self.index and not self.glue(n)
+        return (n.op not in (Op.INPUT, Op.CONST) and n not in self.index and not self.glue(n)
+                and not self.view(n))
+
+    def view(self, n: Node) -> bool:
+        """What a kernel reads in place of a stored value: a slice, a transpose of the last two axes."""
+        return (n.op is Op.SLICE or _swap(n)) and n not in self.index
+
+    def base(self, n: Node) -> Node:
+        """The stored value a view or glue reads."""
+        while self.glue(n) or self.view(n):
+            n = n.inputs[0]
+        return n
 
     def root(self, n: Node) -> Node:
         while self.glue(n):
@@ -132,8 +145,9 @@ class _Plan:
         return n
 
     def ready(self, x: Node, made: set, current: list) -> bool:
-        """An operand is ready once stored by an earlier piece (through any glue), or in this one."""
-        r = self.root(x)
+        """An operand is ready once stored by an earlier piece (through any glue or view), or in
+        this one."""
+        r = self.base(x)
         return r in made or r.op in (Op.INPUT, Op.CONST) or r in self.index or (r is x and r in current)
 
     def _name(self, n: Node) -> str:
@@ -202,8 +216,8 @@ class _Plan:
         def value(x: Node) -> Node:
             if x in env:
                 return env[x]
-            if x.op is Op.CONST or x in self.index or (_swap(x) and self.root(x) not in members):
-                # rebuilt in the piece: constants, positions, and a kernel's transposed view
+            if x.op is Op.CONST or x in self.index or (self.view(x) and self.base(x) not in members):
+                # rebuilt in the piece: constants, positions, and the views a kernel reads in place
                 env[x] = make_node(x.op, [value(i) for i in x.inputs], x.params)
                 return env[x]
             feed = self.resolve(x, members)

@@ -162,7 +162,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         if len(part.steps) < 2:
             raise
         if progress:
-            progress(f"{err}: optimizing it as several kernels")
+            progress(f"not one kernel ({err}): optimizing it as several")
         return optimize_pipeline(prog, part, resolve_sizes(prog, bench, sizes), _optimize_piece, get_target(target),
                                  dtype, seed=seed, out_dir=out_dir, progress=progress, **options)
 
@@ -226,7 +226,7 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         # the program as written has no kernel: the direct lowering of the first variant that has one
         vi = next((i for i, (g, _) in enumerate(pool) if _lowers(g, lowerer)), None)
         if vi is None:
-            raise NotOneKernel(f"{prog.name} cannot be implemented on {tgt.name} as one kernel: {err}") from None
+            raise NotOneKernel(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
         baseline = direct_lowering(prog.name, pool[vi][0], sizes, tgt, dtype, lowerer)
         baseline.variant, baseline.rewrites = vi, pool[vi][1]
         say(f"the program as written has no kernel ({err}): the baseline is the direct lowering of variant {vi}")

@@ -1,0 +1,101 @@
+"""axon.from_torch: PyTorch modules as Axon programs (torch.export's ATen graph), end to end."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")  # the [torch] extra; the [test] extra installs it
+import torch.nn.functional as Fn  # noqa: E402
+
+import axon  # noqa: E402
+from axon.errors import UnsupportedError  # noqa: E402
+from axon.frontend.loading import load_from_file  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama_torch.py"
+
+
+def _block():
+    """The Llama-style block of examples/llama_torch.py: (module, example inputs, program)."""
+    return load_from_file(str(EXAMPLE), "import_block")()
+
+
+def test_an_imported_block_means_what_the_module_computes():
+    module, example, prog = _block()
+    assert prog.input_names[:3] == ["x", "cos", "sin"] and "q_proj_weight" in prog.input_names
+    got = prog(**{k: v.astype(np.float64) for k, v in prog.examples.items()})
+    want = module(*example).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_named_dimensions_name_every_axis_of_that_size():
+    def mlp(x, w):
+        return torch.nn.functional.silu(x @ w)
+    prog = axon.from_torch(mlp, (torch.randn(128, 256), torch.randn(256, 512)), dims={"x": ("m", "k")})
+    assert prog.dims == ["m", "k"] and prog.signature().startswith("mlp(x(m, k), w(k, 512))")
+
+
+def test_the_first_unsupported_operator_is_one_line_with_the_users_line():
+    def f(x):
+        y = torch.exp(x)
+        return torch.erf(y)  # the line the error names
+    with pytest.raises(UnsupportedError, match=r"^test_from_torch\.py:\d+: torch operator aten\.erf\.default is not "
+                                               r"supported by Axon$"):
+        axon.from_torch(f, (torch.randn(4, 8),))
+
+
+def test_an_exact_gelu_is_refused_with_the_reason():
+    with pytest.raises(UnsupportedError, match="erf.*approximate='tanh'"):
+        axon.from_torch(lambda x: Fn.gelu(x), (torch.randn(4, 8),))
+    prog = axon.from_torch(lambda x: Fn.gelu(x, approximate="tanh"), (torch.randn(4, 8),))
+    x = np.linspace(-3, 3, 32).reshape(4, 8)
+    np.testing.assert_allclose(prog(x), Fn.gelu(torch.tensor(x), approximate="tanh").numpy(), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_a_llama_block_from_pytorch_optimizes_end_to_end_and_its_launcher_runs(tmp_path):
+    from axon.search.pipeline import PipelineResult, run_steps
+    from axon.targets.trainium.nki_api import lint
+
+    module, example, prog = _block()
+    r = axon.optimize(prog, None, "trn2", "bfloat16", budget_s=5, out_dir=tmp_path)
+    assert isinstance(r, PipelineResult)
+    kernels = [s for s in r.steps if s.kind == "kernel"]
+    assert len(kernels) >= 4 and any(s.kind == "relayout" for s in r.steps)
+    assert r.latency_ns == pytest.approx(sum(s.latency_ns for s in r.steps)) and r.speedup > 1.5
+    assert "each against the float64 reference" in r.check
+    for s in r.steps:
+        assert not [f for f in lint(s.source, target="trn2") if f.severity == "error"], s.name
+    # the launcher: every kernel and `block(...)`, run here with each kernel call on the simulator
+    source = open(r.kernel_path).read()
+    ns = _launcher_namespace(source, r.kernel_path)
+    data = prog.random_inputs({}, "bfloat16")
+    data.update({k: v.astype(data[k].dtype) for k, v in prog.examples.items()})
+    got = ns["block"](**data, run=lambda kernel, *args: _simulated(source, kernel, args))
+    want = run_steps(r, data, lambda step, args: _simulated(source, step.name, args, tuple_=True))
+    np.testing.assert_array_equal(np.asarray(got), want[0])
+    ref = module(*example).detach().numpy()
+    assert np.max(np.abs(np.asarray(got, np.float64) - ref)) < 0.05 * np.max(np.abs(ref))
+
+
+def _launcher_namespace(source, path):
+    from axon.targets.trainium.hardware import TRN2
+    from axon.targets.trainium.simulator import SimContext
+    from axon.targets.trainium.simulator.loader import execute
+
+    return execute(compile(source, path, "exec"), path, SimContext(TRN2, path, timing_only=True, max_instructions=0),
+                   source)
+
+
+def _simulated(source, kernel, args, tuple_=False):
+    from axon.targets.trainium.simulator import simulate_source
+
+    name = kernel if isinstance(kernel, str) else kernel.fn.__name__
+    params = _kernel_params(source, name)
+    out = simulate_source(source, name, dict(zip(params, args)), target="trn2").outputs
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return outs if tuple_ else (outs[0] if len(outs) == 1 else tuple(outs))
+
+
+def _kernel_params(source, name):
+    head = next(line for line in source.splitlines() if line.startswith(f"def {name}("))
+    return [p.strip() for p in head[head.index("(") + 1:head.rindex(")")].split(",")]
