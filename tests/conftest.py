@@ -1,4 +1,8 @@
 """Shared test helpers."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from axon.errors import AxonError
@@ -37,3 +41,20 @@ def _own_kernel_database(tmp_path_factory, monkeypatch):
     """Each test starts with an empty kernel database (not the user's ~/.cache/axon): a stored
     winner from another test or an earlier run never answers for a search a test means to run."""
     monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path_factory.mktemp("axon-cache")))
+
+
+@pytest.fixture
+def in_child(request):
+    """`in_child("check_x")` runs the test module's function `check_x` in a fresh interpreter;
+    its failure (stderr shown) fails the test. For tests that import PyTorch or JAX: the suite's
+    own process never loads them, so its forks (z3 queries, sandboxed simulations) stay small and
+    never happen beside JAX's threads."""
+    path = request.module.__file__
+
+    def run(check: str, timeout: float = 180):
+        code = ("import importlib.util; spec = importlib.util.spec_from_file_location('child_checks', "
+                f"{path!r}); m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); m.{check}()")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ})
+        assert r.returncode == 0, r.stderr[-4000:]
+    return run

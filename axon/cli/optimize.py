@@ -62,5 +62,5 @@ def run(args) -> int:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(json.dumps(result.to_json(), indent=2) + "\n")
     print(result.report)
-    print(f"kernel: {result.kernel_path}\ntrace:  {result.trace_path}")
+    print(f"kernel: {result.kernel_path}" + (f"\ntrace:  {result.trace_path}" if result.trace_path else ""))
     return 0

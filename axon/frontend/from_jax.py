@@ -26,6 +26,7 @@ import axon.frontend.functions as F
 from axon.errors import InputError, UnsupportedError
 from axon.frontend.imported import declared_dims, identifier, make_program, size_of, unsupported
 from axon.frontend.tracer import _PACKAGE_DIR, Tensor
+from axon.ir import positional, toposort
 from axon.semantics.ops import Op
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import Size
@@ -297,10 +298,16 @@ def _integer_pow(eqn, x):
 
 
 def _convert(eqn, x, **_):
+    """The identity, except into an integer type where the value may not be integral (programs
+    compute over the reals: positions and comparisons are integers already)."""
     new = str(eqn.params["new_dtype"])
-    if "float" not in new and "bool" not in new and isinstance(x, Tensor) and x.node.op.value not in ("ge", "gt", "le", "lt", "eq", "arange"):
+    integral = not isinstance(x, Tensor) or x.node.op in _COMPARISONS or x.node in positional(toposort([x.node]))
+    if "float" not in new and "bool" not in new and not integral:
         raise UnsupportedError(f"conversion to {new}")
     return x
+
+
+_COMPARISONS = {Op.GE, Op.GT, Op.LE, Op.LT, Op.EQ}
 
 
 _IDENTITY = {Op.MAXIMUM: -np.inf, Op.MINIMUM: np.inf}

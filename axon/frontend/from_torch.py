@@ -156,8 +156,8 @@ def _where_eager(module, example_inputs, target) -> str:
 
 
 class _Context:
-    """What an operator's entry may ask of the node it replays: its example shape and dtype, and a
-    literal size as the program's dimension."""
+    """What an operator's entry may ask of the node it replays: its example shape, and a literal
+    size as the program's dimension."""
 
     def __init__(self, node, size):
         self.node, self.size = node, size
@@ -165,10 +165,6 @@ class _Context:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.node.meta["val"].shape)
-
-    @property
-    def dtype(self):
-        return self.node.meta["val"].dtype
 
 
 # --- the ATen operators: one entry each, written with Axon's operators -------------------------

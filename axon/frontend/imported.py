@@ -105,10 +105,10 @@ def attention(q, k, v, *, visible=None, bias=None, causal: bool = False, scale: 
     (axis -3) share kv heads in groups (q head h reads kv head h // (heads / kv heads))."""
     heads, kv_heads = q.shape[-3], k.shape[-3]
     if grouped and heads != kv_heads:
-        ratio = heads.evaluate_int({}) // kv_heads.evaluate_int({}) if not (heads.symbols or kv_heads.symbols) else None
-        if ratio is None or ratio * kv_heads.evaluate_int({}) != heads.evaluate_int({}):
+        if heads.symbols or kv_heads.symbols or heads.evaluate_int({}) % kv_heads.evaluate_int({}):
             raise UnsupportedError(f"grouped attention needs literal head counts with kv heads dividing "
                                    f"query heads (got {heads} and {kv_heads})")
+        ratio = heads.evaluate_int({}) // kv_heads.evaluate_int({})
         lead = tuple(q.shape[:-3])
         qg = q.reshape(*lead, kv_heads, ratio, q.shape[-2], q.shape[-1])
         kg = k.reshape(*lead, kv_heads, 1, k.shape[-2], k.shape[-1])

@@ -113,6 +113,7 @@ class _Plan:
     def __init__(self, graph: Graph, index: set):
         self.graph, self.index = graph, index
         self.names: dict[Node, str] = {n: n.params.name for n in graph.inputs}
+        self.stored_shape: dict[str, tuple] = {n.params.name: tuple(n.shape) for n in graph.inputs}
         self.steps: list = []
         self.pending: list[Relayout] = []  # relayouts the piece being planned needs
         self.users: dict[Node, set] = {}
@@ -151,8 +152,10 @@ class _Plan:
         return r in made or r.op in (Op.INPUT, Op.CONST) or r in self.index or (r is x and r in current)
 
     def _name(self, n: Node) -> str:
+        """The name of the stored value n (the output of a piece or relayout)."""
         if n not in self.names:
             self.names[n] = f"v{len(self.names) - len(self.graph.inputs)}"
+            self.stored_shape[self.names[n]] = tuple(n.shape)
         return self.names[n]
 
     # -- where a value comes from -----------------------------------------------------------
@@ -169,6 +172,10 @@ class _Plan:
                                            "kernels, that a reshape then reads")
                 self.pending.append(Relayout(src, tuple(x.params.perm), self._name(x)))
             return Feed(self.names[x], tuple(x.shape))
+        if self.view(x):  # read in place by a kernel; only a program output gets here
+            if self.base(x) in members:
+                raise _Cut()
+            raise UnsupportedError(f"a program output that is a {x.op.value} of a computed value")
         if x in members:
             raise _Cut()
         return Feed(self._name(x), tuple(x.shape))
@@ -188,7 +195,7 @@ class _Plan:
     def refusal(self, nodes: list[Node]) -> Optional[str]:
         """Why one kernel cannot compute `nodes` (None: it can). Planning only: names and
         relayouts it makes are dropped."""
-        names, pending = dict(self.names), list(self.pending)
+        names, shapes, pending = dict(self.names), dict(self.stored_shape), list(self.pending)
         try:
             graph = self._graph(nodes)[0]
             world = RowWorld.of(graph)
@@ -200,7 +207,7 @@ class _Plan:
         except _Cut:
             return "it reads a reshape or transpose of its own result"
         finally:
-            self.names, self.pending = names, pending
+            self.names, self.stored_shape, self.pending = names, shapes, pending
         return None
 
     def add_piece(self, nodes: list[Node]) -> None:
@@ -222,10 +229,9 @@ class _Plan:
                 return env[x]
             feed = self.resolve(x, members)
             key = (feed.source, feed.shape)
-            if key not in inputs:
-                name = feed.source if feed.source not in feeds else _fresh(f"{feed.source}_view", set(feeds))
-                if any(f.source == feed.source for f in feeds.values()) or feed.shape != self._shape_of(feed.source, x):
-                    name = _fresh(f"{feed.source}_view", set(feeds))
+            if key not in inputs:  # named as the stored value, unless read reshaped (or twice)
+                as_stored = feed.shape == self.stored_shape[feed.source] and feed.source not in feeds
+                name = feed.source if as_stored else _fresh(f"{feed.source}_view", set(feeds))
                 inputs[key] = input_node(name, feed.shape)
                 feeds[name] = feed
             env[x] = inputs[key]
@@ -236,13 +242,6 @@ class _Plan:
         outputs = {self.root(o) for o in self.graph.outputs}
         stored = [n for n in nodes if n in outputs or any(u not in members for u in self.users.get(n, ()))]
         return Graph(tuple(inputs.values()), tuple(env[n] for n in stored), self.graph.constraints), feeds, stored
-
-    def _shape_of(self, source: str, x: Node) -> tuple:
-        """The shape `source` was stored in (x's root's, unless a relayout made it)."""
-        for n, name in self.names.items():
-            if name == source:
-                return tuple(n.shape)
-        return tuple(x.shape)
 
 
 def _fresh(name: str, taken: set[str]) -> str:

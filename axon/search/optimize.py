@@ -158,7 +158,10 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         from axon.fusion.kernels import partition
         from axon.search.pipeline import optimize_pipeline
 
-        part = partition(prog.graph)
+        try:
+            part = partition(prog.graph)
+        except UnsupportedError:
+            raise err from None  # no kernels compute it either: the first reason, naming the program
         if len(part.steps) < 2:
             raise
         if progress:

@@ -1,11 +1,9 @@
 """axon.from_jax: JAX functions as Axon programs (their jaxpr), end to end.
 
 JAX starts threads, and Axon forks (z3 queries, sandboxed simulations): each check runs in a
-child process of its own (`_in_child`), so no other test forks beside JAX's threads.
+child process of its own (the `in_child` fixture), so no other test forks beside JAX's threads.
 """
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +15,6 @@ from axon.frontend.loading import load_from_file
 
 if importlib.util.find_spec("jax") is None:  # the [jax] extra; the [test] extra installs it
     pytest.skip("JAX is not installed", allow_module_level=True)
-
-
-def _in_child(check: str, timeout: float = 120):
-    """Run this module's `check` in a fresh interpreter; its failure fails the test."""
-    code = ("import importlib.util; spec = importlib.util.spec_from_file_location('jax_checks', "
-            f"{__file__!r}); m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); m.{check}()")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, r.stderr[-4000:]
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama_jax.py"
@@ -78,22 +68,22 @@ def check_a_llama_block_from_jax_optimizes_end_to_end():
     assert r.kernel_source.count("@nki.jit") == len(r.steps)  # the launcher: every kernel
 
 
-def test_an_imported_block_means_what_the_function_computes():
-    _in_child('check_an_imported_block_means_what_the_function_computes')
+def test_an_imported_block_means_what_the_function_computes(in_child):
+    in_child('check_an_imported_block_means_what_the_function_computes')
 
 
-def test_a_reduction_jax_drops_the_axis_of_is_kept_as_a_column():
-    _in_child('check_a_reduction_jax_drops_the_axis_of_is_kept_as_a_column')
+def test_a_reduction_jax_drops_the_axis_of_is_kept_as_a_column(in_child):
+    in_child('check_a_reduction_jax_drops_the_axis_of_is_kept_as_a_column')
 
 
-def test_the_first_unsupported_primitive_is_one_line_with_the_users_line():
-    _in_child('check_the_first_unsupported_primitive_is_one_line_with_the_users_line')
+def test_the_first_unsupported_primitive_is_one_line_with_the_users_line(in_child):
+    in_child('check_the_first_unsupported_primitive_is_one_line_with_the_users_line')
 
 
-def test_a_broadcast_into_a_matmul_is_refused():
-    _in_child('check_a_broadcast_into_a_matmul_is_refused')
+def test_a_broadcast_into_a_matmul_is_refused(in_child):
+    in_child('check_a_broadcast_into_a_matmul_is_refused')
 
 
 @pytest.mark.slow
-def test_a_llama_block_from_jax_optimizes_end_to_end():
-    _in_child('check_a_llama_block_from_jax_optimizes_end_to_end', timeout=600)
+def test_a_llama_block_from_jax_optimizes_end_to_end(in_child):
+    in_child('check_a_llama_block_from_jax_optimizes_end_to_end', timeout=600)
