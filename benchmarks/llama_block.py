@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -59,14 +60,14 @@ def report(results: dict, command: str) -> str:
              "SwiGLU MLP, with residuals. Latencies are the model's; a block's is the sum of its kernels' "
              "(they run one after another).", "",
              "| framework | config | kernels | relayouts | Axon us | direct us | speedup | roofline | "
-             "end-to-end max err (median ref) | optimize s |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "end-to-end max abs err (median abs ref) | optimize s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (fw, cfg), r in results.items():
         if "error" in r:
             lines.append(f"| {fw} | {cfg} | - | - | - | - | - | - | {r['error']} | - |")
             continue
         steps = r["steps"]
-        check = r["best"]["check"]
-        e2e = check.split("max |err| ")[-1].rstrip(")") if "End to end" in check else "-"
+        found = re.search(r"End to end .* max \|err\| (\S+) \(median \|ref\| (\S+)\)", r["best"]["check"])
+        e2e = f"{found[1]} ({found[2]})" if found else "-"
         lines.append(f"| {fw} | {cfg} | {sum(s['kind'] == 'kernel' for s in steps)} | "
                      f"{sum(s['kind'] == 'relayout' for s in steps)} | {r['best']['latency_ns'] / 1e3:.1f} | "
                      f"{r['baseline']['latency_ns'] / 1e3:.1f} | {r['baseline']['speedup']:.2f}x | "
@@ -90,15 +91,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default="small,mid")
     ap.add_argument("--frameworks", default="torch,jax")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the Markdown from the JSON of the last run")
     args = ap.parse_args()
+    command = "python benchmarks/llama_block.py" + "".join(
+        f" --{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v != ap.get_default(k) and k != "report_only")
+    if args.report_only:
+        stored = json.loads(OUT.with_suffix(".json").read_text())
+        OUT.with_suffix(".md").write_text(report({tuple(k.split("/")): r for k, r in stored.items()}, command) + "\n")
+        return
     results = {}
     for cfg in args.configs.split(","):
         for fw in args.frameworks.split(","):
             print(f"{fw} {cfg} ...", file=sys.stderr, flush=True)
             results[(fw, cfg)] = run(fw, cfg)
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/llama_block.py" + "".join(
-        f" --{k} {v}" for k, v in vars(args).items() if v != ap.get_default(k))
     OUT.with_suffix(".json").write_text(json.dumps({f"{fw}/{cfg}": r for (fw, cfg), r in results.items()},
                                                    indent=2) + "\n")
     OUT.with_suffix(".md").write_text(report(results, command) + "\n")

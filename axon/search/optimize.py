@@ -49,8 +49,20 @@ EXTRA_RANK_S = 20.0
 FULL_CHECK_MACS = 1e11
 
 
+class Ratios:
+    """What a result says of its latency: against the program's roofline and the direct lowering."""
+
+    @property
+    def roofline_fraction(self) -> float:
+        return self.roofline_ns / self.latency_ns if self.latency_ns else 0.0
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_latency_ns / self.latency_ns if self.latency_ns else 0.0
+
+
 @dataclass
-class OptimizeResult:
+class OptimizeResult(Ratios):
     benchmark: str
     target: str
     sizes: dict
@@ -77,14 +89,6 @@ class OptimizeResult:
     instructions: dict = field(default_factory=dict)
     # what the winner implements: (the variant's Graph, the sizes binding its dimensions); not stored
     implemented: Optional[tuple] = field(default=None, repr=False)
-
-    @property
-    def roofline_fraction(self) -> float:
-        return self.roofline_ns / self.latency_ns if self.latency_ns else 0.0
-
-    @property
-    def speedup(self) -> float:
-        return self.baseline_latency_ns / self.latency_ns if self.latency_ns else 0.0
 
     def to_json(self) -> dict:
         return {

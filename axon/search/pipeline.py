@@ -24,10 +24,12 @@ from typing import Callable, Optional
 import numpy as np
 
 from axon.errors import UnsupportedError
-from axon.frontend.program import Program, program_of
+from axon.frontend.program import InputShape, Program, program_of
 from axon.fusion.kernels import Partition, Piece, Relayout
 from axon.search.roofline import program_roofline
 from axon.search.check import check as check_with_data
+from axon.search.optimize import Ratios
+from axon.semantics.evaluate import dtype_named
 from axon.tiling.relayout import relayout_kernel
 
 
@@ -54,7 +56,7 @@ class Step:
 
 
 @dataclass
-class PipelineResult:
+class PipelineResult(Ratios):
     benchmark: str
     target: str
     sizes: dict
@@ -78,14 +80,6 @@ class PipelineResult:
     @property
     def baseline_latency_ns(self) -> float:
         return sum(s.baseline_latency_ns for s in self.steps)
-
-    @property
-    def roofline_fraction(self) -> float:
-        return self.roofline_ns / self.latency_ns if self.latency_ns else 0.0
-
-    @property
-    def speedup(self) -> float:
-        return self.baseline_latency_ns / self.latency_ns if self.latency_ns else 0.0
 
     @property
     def kernel_source(self) -> str:
@@ -150,9 +144,6 @@ def _prefixed(say, i: int):
 def _relayout_step(step: Relayout, name: str, shape_of, target, dtype: str) -> Step:
     shape = shape_of(step.source.shape)
     source = relayout_kernel(name, shape, step.perm, target.emitter(dtype), target.limits().partitions)
-    from axon.frontend.program import InputShape
-    from axon.semantics.evaluate import dtype_named
-
     m = target.run(source, {"x": InputShape(shape, dtype_named(dtype))}, timing_only=True)
     return Step("relayout", name, ((step.source.source, shape),), (step.output,), source, m.latency_ns,
                 m.latency_ns, perm=step.perm, shapes=(tuple(shape[p] for p in step.perm),))
@@ -180,7 +171,7 @@ def _check(result: PipelineResult, prog: Program, target, binding: dict, seed: i
     own = {k: np.asarray(v).astype(data[k].dtype) for k, v in prog.examples.items()
            if k in data and np.shape(v) == data[k].shape}
     data.update(own)
-    worst = [0.0]
+    worst, stored = [0.0], []
 
     def call(step, args):
         inputs = dict(zip(_params(step), args))
@@ -191,6 +182,7 @@ def _check(result: PipelineResult, prog: Program, target, binding: dict, seed: i
             return outs
         r = step.result
         if r.implemented is None:  # a stored result: checked when it was found
+            stored.append(step.name)
             return outs
         graph, sizes = r.implemented
         check = check_with_data(target, step.name, graph, r.winner, sizes, result.dtype, None, inputs, None, outs)
@@ -205,7 +197,8 @@ def _check(result: PipelineResult, prog: Program, target, binding: dict, seed: i
     err = max(float(np.max(np.abs(np.asarray(o, np.float64) - w))) for o, w in zip(outs, want))
     scale = max(float(np.median(np.abs(w))) for w in want)
     result.max_abs_err = err
-    result.check = (f"every kernel on what the kernels before it stored, at {binding}, from random normal inputs "
+    every = "every kernel" if not stored else f"every kernel but {', '.join(stored)} (stored results, checked when found)"
+    result.check = (f"{every} on what the kernels before it stored, at {binding}, from random normal inputs "
                     f"(seed {seed})" + (f", the import's example values of {', '.join(sorted(own))}" if own else "")
                     + f", {result.dtype}, each against the float64 reference of what it implements within the "
                     f"error bounds of its roundings (max |err| / bound {worst[0]:.3g}); relayouts exactly. "
