@@ -1741,8 +1741,9 @@ class Outcome:
         return "\n".join(lines)
 
 
-class Hang(Exception):
-    """The verifier ran past the per-example limit."""
+class Hang(BaseException):
+    """The verifier ran past the per-example limit (a BaseException: no `except Exception` on the
+    way may take it for an ordinary error and carry on)."""
 
 
 def _alarm(signum, frame):
@@ -1766,8 +1767,8 @@ def run_pair(pair: Pair, verifier, seed: int = 0, bindings_seed: Optional[int] =
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGALRM, _alarm) if limit_s else None
     try:
-        if limit_s:
-            signal.alarm(limit_s)
+        if limit_s:  # and every second after, should one alarm be lost on the way
+            signal.setitimer(signal.ITIMER_REAL, limit_s, 1.0)
         # whole programs: inputs correspond by position (check_graphs where check_programs is absent)
         check = getattr(verifier, "check_programs", verifier.check_graphs)
         verdict = check(prog_a.graph, prog_b.graph)
@@ -1779,7 +1780,7 @@ def run_pair(pair: Pair, verifier, seed: int = 0, bindings_seed: Optional[int] =
                        seconds=time.perf_counter() - t0)
     finally:
         if limit_s:
-            signal.alarm(0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
     seconds = time.perf_counter() - t0
     status = verdict.status.value
