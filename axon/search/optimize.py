@@ -24,7 +24,8 @@ from axon.frontend.loading import load_program
 from axon.errors import AxonError, InputError, UnsupportedError
 from axon.fusion.nodes import FUSION_MODES, RowWorld
 from axon.frontend.program import Program
-from axon.search.candidates import Candidate, Counts, check_lowerable, direct_lowering, enumerate_candidates
+from axon.search.candidates import (Candidate, Counts, check_lowerable, direct_lowering, enumerate_candidates,
+                                    with_header_line)
 from axon.search.check import check as check_with_data, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
@@ -326,6 +327,10 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
                  "max_err_over_bound": check.worst_ratio},
         winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source,
         implemented=(pool[cand.variant][0] if cand.rewrites or cand.variant else prog.graph, sizes))
+    result.kernel_source = with_header_line(
+        cand.source, f"checked:  {'at full size' if rows is None else 'on ' + rows.describe()}, random normal inputs "
+                     f"(seed {seed}), against the float64 reference: max |err| {check.max_abs_err:.3g}, "
+                     f"{check.worst_ratio:.2f} of its per-element error bound")
     result.report = _report(result, cand, counts)
     trace = None
     if out_dir is not None:
@@ -411,6 +416,18 @@ def _instruction_stats(lowerer, cand: Candidate) -> dict:
             "winner_fusions": used}
 
 
+def kernel_name(source: str) -> str:
+    """The name of the (first) kernel function of `source`."""
+    return source.split("@nki.jit", 1)[-1].split("def ", 1)[1].split("(", 1)[0]
+
+
+def write_launcher(tgt, kernel_path: Path, entry: str, shapes: dict, dtype: str, pipeline: bool = False) -> None:
+    """KERNEL_launch.py beside the kernel file, when the target has a launcher."""
+    if hasattr(tgt, "launcher"):
+        text = tgt.launcher(kernel_path.stem, entry, shapes, dtype, pipeline)
+        kernel_path.with_name(f"{kernel_path.stem}_launch.py").write_text(text)
+
+
 def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, measured=None,
                   trace: Optional[bytes] = None) -> None:
     """The kernel, its Perfetto trace (`trace`: a stored one; else from `measured`, the winner's
@@ -420,6 +437,8 @@ def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, meas
     kpath = out_dir / f"{stem}{tgt.kernel_suffix}"
     kpath.write_text(result.kernel_source)
     result.kernel_path = str(kpath)
+    write_launcher(tgt, kpath, kernel_name(result.kernel_source), {n: s.shape for n, s in shapes.items()},
+                   result.dtype)
     try:
         tpath = out_dir / f"{stem}.trace.json"
         if trace is not None:

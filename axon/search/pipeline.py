@@ -28,7 +28,7 @@ from axon.frontend.program import InputShape, Program, program_of
 from axon.fusion.kernels import Partition, Piece, Relayout
 from axon.search.roofline import program_roofline
 from axon.search.check import check as check_with_data
-from axon.search.optimize import Ratios
+from axon.search.optimize import Ratios, get_target, write_launcher
 from axon.semantics.evaluate import dtype_named
 from axon.tiling.relayout import relayout_kernel
 
@@ -242,6 +242,8 @@ def write_pipeline(result: PipelineResult, out_dir: Path) -> None:
     path = out_dir / f"{stem}.py"
     path.write_text(launcher(result))
     result.kernel_path = str(path)
+    write_launcher(get_target(result.target), path, result.benchmark, dict(result.input_shapes), result.dtype,
+                   pipeline=True)
     (out_dir / f"{stem}.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
 
 

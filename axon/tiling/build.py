@@ -147,16 +147,11 @@ class KernelBuilder:
         params = [n.params.name for n in g.inputs]
         for n in g.inputs:
             self.hbm[n] = self._packed_view(n.params.name, n)
-        em.begin(name, params, header)
+        em.begin(name, params, header, [self._caller_shape(n) for n in g.inputs])
         out_names = []
         for i, o in enumerate(g.outputs):
             oname = f"out{i}" if len(g.outputs) > 1 else "out"
-            shape = [self.c(s) for s in o.shape]
-            if self.opt.packed > 1:  # the caller's tensor is [m, c]; the passes write its [m/g, g*c] view
-                shape = [shape[0] * self.opt.packed, shape[1] // self.opt.packed]
-            if self.opt.fold:  # the caller's [.., h, s, c]; the passes write its [.., 1, h*s, c] view
-                shape = shape[:-3] + [self.opt.fold, shape[-2] // self.opt.fold, shape[-1]]
-            em.hbm(oname, shape, "kernel", output=True)
+            em.hbm(oname, self._caller_shape(o), "kernel", output=True)
             src = o.inputs[0] if (o.op is Op.TRANSPOSE and self.w.roles[o] == "row") else o
             self.outputs[src] = (self._packed_view(oname, o), src is not o)
             out_names.append(oname)
@@ -379,6 +374,16 @@ class KernelBuilder:
     def _hbm_name(self, x: Node) -> str:
         src = view_source(x) if self.w.roles.get(x) == "view" else x
         return self.hbm.get(src, "v").split(".", 1)[0]
+
+    def _caller_shape(self, node: Node) -> list[int]:
+        """An input's or output's shape as the caller holds it: the passes may address a view of it
+        (`_packed_view`): [m/g, g*c] of an [m, c] tensor, [.., 1, h*s, c] of an [.., h, s, c] one."""
+        shape = [self.c(s) for s in node.shape]
+        if self.opt.packed > 1:
+            return [shape[0] * self.opt.packed, shape[1] // self.opt.packed]
+        if self.opt.fold and (node.op is not Op.INPUT or self.w.roles.get(node) == "row"):
+            return shape[:-3] + [self.opt.fold, shape[-2] // self.opt.fold, shape[-1]]
+        return shape
 
     def _packed_view(self, name: str, node: Node) -> str:
         """An HBM tensor as the passes address it: itself, its [m/g, g*c] view (Options.packed) or,
@@ -785,10 +790,21 @@ class KernelBuilder:
                       or self._needs_store(n, consumers, owner, pi)]
             # a value only kept for a later phase is written into its block buffer at once
             only_kept = lambda n: n in block and n not in trans and not self._needs_store(n, consumers, owner, pi)
+
+            def packed(n):
+                """A value only stored, untransposed, and read by nothing in this pass is written
+                straight into its output block (the instruction casts to the kernel's dtype as the
+                copy would)."""
+                stores = self._needs_store(n, consumers, owner, pi)
+                if (len(stores) != 1 or stores[0][1] or n in block or n in trans
+                        or pi in consumers.get(n, ()) or n in ph.matmuls):
+                    return None
+                return em.view(packs[(n, stores[0][0])], P, _ex(("i_nt", NT)), NT)
             here.update(self.run_program(
                 ph.epilogue, needed,
                 lambda x: self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)),
-                lambda n: kept(n) if only_kept(n) else em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT), P,
+                lambda n: (kept(n) if only_kept(n) else packed(n) or
+                           em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)), P,
                 chunk=(N, NT), memories={mm: "psum" for mm in ph.matmuls}))
         for n in ph.nodes:
             if n in block and here[n] != kept(n):
@@ -800,7 +816,7 @@ class KernelBuilder:
             for oname, tr in self._needs_store(n, consumers, owner, pi):
                 if tr:
                     em.store_transposed(oname, here[n], rows, P, col0, NT, self._batch_prefix(n))
-                else:
+                elif here[n] != em.view(packs[(n, oname)], P, _ex(("i_nt", NT)), NT):
                     em.copy(em.view(packs[(n, oname)], P, _ex(("i_nt", NT)), NT), here[n])
 
     def _ref_rows_cols(self, node: Node, r0: str, nr: int, c0: str, nc: int) -> str:

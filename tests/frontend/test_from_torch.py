@@ -81,40 +81,19 @@ def check_a_llama_block_from_pytorch_optimizes_end_to_end_and_its_launcher_runs(
     assert "each against the float64 reference" in r.check
     for s in r.steps:
         assert not [f for f in lint(s.source, target="trn2") if f.severity == "error"], s.name
-    # the launcher: every kernel and `block(...)`, run here with each kernel call on the simulator
-    source = open(r.kernel_path).read()
-    ns = _launcher_namespace(source, r.kernel_path)
+    # the launcher beside the kernels: every kernel call on the simulator
+    from axon.targets.trainium.launch import simulated_launcher, simulated_run
+
+    ns = simulated_launcher(r.kernel_path.replace(".py", "_launch.py"))
+    simulate = simulated_run(r.kernel_path)
     data = prog.random_inputs({}, "bfloat16")
     data.update({k: v.astype(data[k].dtype) for k, v in prog.examples.items()})
-    got = ns["block"](**data, run=lambda kernel, *args: _simulated(source, kernel, args))
-    want = run_steps(r, data, lambda step, args: _simulated(source, step.name, args, tuple_=True))
+    got = ns["call"](*[data[name] for name in ns["SHAPES"]], run=simulate)
+    outputs = lambda out: list(out) if isinstance(out, tuple) else [out]
+    want = run_steps(r, data, lambda step, args: outputs(simulate(step.name, *args)))
     np.testing.assert_array_equal(np.asarray(got), want[0])
     ref = module(*example).detach().numpy()
     assert np.max(np.abs(np.asarray(got, np.float64) - ref)) < 0.05 * np.max(np.abs(ref))
-
-
-def _launcher_namespace(source, path):
-    from axon.targets.trainium.hardware import TRN2
-    from axon.targets.trainium.simulator import SimContext
-    from axon.targets.trainium.simulator.loader import execute
-
-    return execute(compile(source, path, "exec"), path, SimContext(TRN2, path, timing_only=True, max_instructions=0),
-                   source)
-
-
-def _simulated(source, kernel, args, tuple_=False):
-    from axon.targets.trainium.simulator import simulate_source
-
-    name = kernel if isinstance(kernel, str) else kernel.fn.__name__
-    params = _kernel_params(source, name)
-    out = simulate_source(source, name, dict(zip(params, args)), target="trn2").outputs
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    return outs if tuple_ else (outs[0] if len(outs) == 1 else tuple(outs))
-
-
-def _kernel_params(source, name):
-    head = next(line for line in source.splitlines() if line.startswith(f"def {name}("))
-    return [p.strip() for p in head[head.index("(") + 1:head.rindex(")")].split(",")]
 
 
 def test_an_imported_block_means_what_the_module_computes(in_child):

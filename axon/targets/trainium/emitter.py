@@ -22,6 +22,7 @@ from axon.errors import UnsupportedError
 from axon.semantics.scalar import ScalarOp
 from axon.targets.trainium.isa import nki_name
 from axon.targets.trainium.nki_api import tensor_scalar_engines
+from axon.targets.trainium.tidy import tidy
 from axon.tiling.positions import Predicate
 
 _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
@@ -60,7 +61,9 @@ class NkiEmitter:
         self.scalar_copies = scalar_copies
         self.immediate_bias = immediate_bias
         self.lines: list[str] = []
+        self.constants: dict[int, tuple[str, int]] = {}  # line -> (var, value): loops of one iteration
         self.pre: list[str] = []  # kernel-level set-up printed before the body (constant tiles)
+        self.entry_lines = 0  # the entry checks and `DT = ...`, which `pre` follows
         self.consts: dict[tuple, str] = {}
         self.depth = 1
         self.counter: dict[str, int] = {}
@@ -111,7 +114,8 @@ class NkiEmitter:
         contiguous = bool(values) and values == tuple(range(values[0], values[0] + len(values)))
         opened = not (contiguous and len(values) == 1 and not scoped)
         try:
-            if not opened:
+            if not opened:  # a binding `tidy` substitutes into the lines it scopes, then drops
+                self.constants[len(self.lines)] = (var, values[0])
                 self.line(f"{var} = {values[0]}")
             elif contiguous:
                 bounds = f"{values[0]}, {values[-1] + 1}" if values[0] else f"{len(values)}"
@@ -126,9 +130,17 @@ class NkiEmitter:
             self.depth -= opened
 
     # -- kernel frame -----------------------------------------------------------------------
-    def begin(self, name: str, params: list[str], header: list[str]) -> None:
+    def begin(self, name: str, params: list[str], header: list[str], shapes: list[tuple] | None = None) -> None:
+        """`shapes`: each parameter's shape as the caller passes it, checked at entry with the
+        kernel's dtype (the sizes and dtype the kernel was built and checked for)."""
         self.name, self.params, self.header = name, params, header
+        dt = "nl.float32" if self.dtype == "float32" else f"nl.{self.dtype}"
+        for p, shape in zip(params, shapes or ()):
+            want = f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
+            self.line(f'assert tuple({p}.shape) == {want}, f"{p}: expected shape {want}, got {{{p}.shape}}"')
+            self.line(f'assert {p}.dtype == {dt}, f"{p}: expected {self.dtype}, got {{{p}.dtype}}"')
         self.line(f"DT = {params[0]}.dtype")
+        self.entry_lines = len(self.lines)
 
     def hbm(self, name: str, shape: list[int], dtype: str, output: bool) -> None:
         buf = "nl.shared_hbm" if output else "nl.hbm"
@@ -138,7 +150,9 @@ class NkiEmitter:
     def finish(self, outputs: list[str]) -> str:
         self.line(f"return {', '.join(outputs)}")
         head = ['"""' + self.header[0]] + self.header[1:] + ['"""'] if self.header else []
-        body = self.lines[:1] + self.pre + self.lines[1:]  # after `DT = ...`
+        lines = tidy(self.lines, self.constants)
+        k = self.entry_lines
+        body = lines[:k] + self.pre + lines[k:]  # after the entry checks and `DT = ...`
         text = "\n".join(head + ["import nki", "import nki.isa as nisa", "import nki.language as nl", "", "",
                                  "@nki.jit", f"def {self.name}({', '.join(self.params)}):"] + body) + "\n"
         return text

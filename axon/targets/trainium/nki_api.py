@@ -85,6 +85,7 @@ ISA = {a.name: a for a in (
 LANGUAGE = {a.name: a for a in (
     Api("language", "ndarray", ("shape", "dtype", "buffer", "name", "address"), 2),
     Api("language", "zeros", ("shape", "dtype", "buffer", "name"), 2, version="2.32.0"),
+    Api("language", "ds", ("start", "size"), 2),  # t[nl.ds(start, size)] is t[start:start + size]
     *(Api("language", r, ("start", "stop", "step"), 1, version="2.32.0")
       for r in ("affine_range", "sequential_range", "static_range")),
 )}

@@ -106,6 +106,12 @@ class TrainiumTarget:
     def model_fingerprint(self) -> str:
         return model_fingerprint()
 
+    def launcher(self, module: str, entry: str, shapes: dict, dtype: str, pipeline: bool = False) -> str:
+        """The file written beside a kernel: calling it from PyTorch on Neuron and from JAX."""
+        from axon.targets.trainium.launch import launcher_source
+
+        return launcher_source(module, entry, shapes, dtype, pipeline)
+
     def write_trace(self, measured: Measured, path: Path) -> None:
         from axon.targets.trainium.perfmodel import write_perfetto
 
