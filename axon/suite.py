@@ -21,6 +21,7 @@ projection (n = (heads + 2 kv heads) x 128).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -267,6 +268,10 @@ SUITE: dict[str, Benchmark] = {
 
 
 def get(name: str) -> Benchmark:
+    """A benchmark of the suite, or a user's program named `FILE.py:NAME` (family "user", no
+    cases of its own: it runs at the sizes given)."""
+    if ":" in name:
+        return _user_benchmark(name)
     if name not in SUITE:
         raise InputError(f"no benchmark named {name!r}; benchmarks: {', '.join(SUITE)}")
     return SUITE[name]
@@ -275,3 +280,10 @@ def get(name: str) -> Benchmark:
 def benchmark(name: str) -> Program:
     """The program of a benchmark, e.g. `axon.benchmark("rmsnorm_matmul")`."""
     return get(name).program
+
+
+@functools.cache
+def _user_benchmark(spec: str) -> Benchmark:
+    from axon.frontend.loading import load_program
+
+    return Benchmark(spec, "user", load_program(spec)[0], {})

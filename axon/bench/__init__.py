@@ -47,7 +47,7 @@ from axon.errors import AxonError, InputError
 GRIDS = ("quick", "full", "small")
 BASELINES = ("direct", "hand", "no_algebra", "no_fusion")
 AWS = "aws"  # the baseline only a run with a corpus measures
-FAMILIES = ("single", "multi")
+FAMILIES = ("single", "multi", "user")  # "user": programs named FILE.py:NAME
 DEFAULT_BUDGET_S = 45.0  # optimize's ranking budget for the full search and each ablation
 # Runs with data simulate every element: up to this much work (the product of the case's sizes, the
 # quick grid's largest) the hand kernel and the direct lowering are checked at the case's sizes; above
@@ -67,9 +67,16 @@ def _work(sizes: dict) -> int:
     return math.prod(sizes.values())
 
 
-def grid_cases(bench: suite.Benchmark, grid: str) -> list[tuple[str, dict]]:
+def grid_cases(bench: suite.Benchmark, grid: str, sizes: Optional[dict] = None) -> list[tuple[str, dict]]:
+    """The cases a run measures: the grid's, or one case "given" at `sizes` (a user's program has
+    no cases of its own; one whose sizes are all literal needs none)."""
     if grid not in GRIDS:
         raise InputError(f"unknown grid {grid!r}; expected one of {', '.join(GRIDS)}")
+    if sizes is not None or not bench.cases:
+        missing = sorted(set(bench.program.dims) - set(sizes or {}))
+        if missing:
+            raise InputError(f"{bench.name} needs --sizes for {', '.join(missing)}")
+        return [("given", {d: v for d, v in (sizes or {}).items() if d in bench.program.dims})]
     if grid in ("quick", "small"):
         return [(grid, bench.sizes(grid))]
     return [(c, dict(s)) for c, s in bench.cases.items() if c not in ("small", "quick")]
@@ -182,15 +189,26 @@ def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, bud
         "roofline_fraction": roofline / full.latency_ns,
         "baselines": {"direct": full.baseline_latency_ns, "hand": hand["ns"] if hand else None, **lat},
         "search_s": round(search_s, 2),
-        "fusion": full.fusion, "rewrites": list(full.rewrites), "max_abs_err": full.max_abs_err,
-        "candidates": full.candidates, "proofs": full.proofs,
-        "ablations": {k: ({"fusion": r.fusion, "rewrites": list(r.rewrites), "candidates": r.candidates["generated"]}
+        **_searched(full), "max_abs_err": full.max_abs_err,
+        "ablations": {k: ({**_searched(r), "candidates": _searched(r)["candidates"]["generated"]}
                           if r is not None else {"error": notes[k]}) for k, r in ablated.items()},
         "direct_check": direct_check,
         "hand": hand,
     })
     row["speedup"] = {b: (v / full.latency_ns if v else None) for b, v in row["baselines"].items()}
     return _aws(row, corpus, say) if corpus else row
+
+
+def _searched(r) -> dict:
+    """What a row records of a search: fusion, rewrites, candidates, proofs; of a program that is
+    several kernels (search.pipeline), its kernels' together."""
+    if not hasattr(r, "steps"):
+        return {"fusion": r.fusion, "rewrites": list(r.rewrites), "candidates": r.candidates, "proofs": r.proofs}
+    kernels = [s.result for s in r.steps if s.kind == "kernel"]
+    total = lambda field: {k: sum(getattr(x, field).get(k, 0) for x in kernels)
+                           for k in getattr(kernels[0], field)}
+    return {"fusion": f"{len(kernels)} kernels", "rewrites": [w for x in kernels for w in x.rewrites],
+            "candidates": total("candidates"), "proofs": total("proofs")}
 
 
 # --- the whole run ----------------------------------------------------------------------------
@@ -243,9 +261,10 @@ def write(doc: dict, json_path: Optional[Path]) -> None:
 def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[list[str]] = None,
               dtype: str = "bfloat16", json_path=None, budget_s: float = DEFAULT_BUDGET_S, fresh: bool = False,
               command: str = "", progress: Optional[Callable[[str], None]] = None, corpus=None,
-              workers: Optional[int] = None) -> dict:
+              workers: Optional[int] = None, sizes: Optional[dict] = None) -> dict:
     """`workers`: cases measured side by side (default: one per usable core); the report is the
-    same for any number."""
+    same for any number. `sizes`: measure each benchmark once at these sizes (case "given")
+    instead of the grid's cases; `benchmarks` may name a user's program as FILE.py:NAME."""
     from axon.search.executor import usable_cpus
 
     workers = usable_cpus() if workers is None else workers
@@ -275,7 +294,7 @@ def run_bench(target: str = "trn2", grid: str = "quick", benchmarks: Optional[li
         if not corpus.is_dir():
             raise InputError(f"--corpus {corpus} is not a folder")
         doc["corpus"] = str(corpus)
-    todo = [(n, c, s) for n in names for c, s in grid_cases(suite.get(n), grid)]
+    todo = [(n, c, s) for n in names for c, s in grid_cases(suite.get(n), grid, sizes)]
     if old and old.get("grid") == grid:  # cases of benchmarks not selected this time stay in the report
         wanted = {(n, c, target, dtype) for n, c, _ in todo}
         doc["cases"] = [c for k, c in done.items() if k not in wanted]
@@ -382,9 +401,9 @@ def _each_measured(measure, jobs: list, workers: int):
 
 def _finish(doc: dict) -> None:
     order = {n: i for i, n in enumerate(suite.SUITE)}
-    case_order = lambda c: list(suite.SUITE[c["benchmark"]].cases).index(c["case"]) \
-        if c["case"] in suite.SUITE[c["benchmark"]].cases else 999
-    doc["cases"].sort(key=lambda c: (order.get(c["benchmark"], 99), case_order(c)))
+    cases = lambda c: list(suite.get(c["benchmark"]).cases)
+    case_order = lambda c: cases(c).index(c["case"]) if c["case"] in cases(c) else 999
+    doc["cases"].sort(key=lambda c: (order.get(c["benchmark"], len(order)), c["benchmark"], case_order(c)))
     ok = [c for c in doc["cases"] if "axon_ns" in c]
     doc["geomean"] = summarize(ok)
     doc["losses"] = losses(ok)

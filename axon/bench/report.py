@@ -15,7 +15,13 @@ from axon.bench import AWS, FAMILIES, baselines_of, geomean
 
 LABEL = {"direct": "direct lowering", "hand": "Axon's hand-written NKI", "no_algebra": "Axon without algebra",
          "no_fusion": "Axon without fusion", AWS: "AWS's own kernel"}
-FAMILY = {"single": "single operators", "multi": "MatMul and multi-operator"}
+FAMILY = {"single": "single operators", "multi": "MatMul and multi-operator", "user": "your programs"}
+
+
+def _cases_of(doc: dict) -> str:
+    """What a report measured: a grid's cases, or each benchmark at the sizes given."""
+    given = all(c.get("case") == "given" for c in doc["cases"]) and doc["cases"]
+    return "at the sizes given" if given else f"{doc['grid']} grid"
 
 
 class PlotsUnavailable(RuntimeError):
@@ -75,7 +81,7 @@ def markdown(doc: dict) -> str:
     with_aws = AWS in baselines_of(cases)
     aws_notes: list[str] = []
     many = len({c["benchmark"] for c in cases}) < len(cases)  # a grid: show the case name
-    lines = [f"# Axon benchmark report: {doc['grid']} grid, {doc['target']}, {doc['dtype']}", ""]
+    lines = [f"# Axon benchmark report: {_cases_of(doc)}, {doc['target']}, {doc['dtype']}", ""]
     if doc.get("command"):
         lines += [f"Command: `{doc['command']}` (wall time {doc.get('wall_s', 0) / 60:.1f} min on this machine; "
                   f"performance model {doc.get('model', '?')}).", ""]
@@ -179,7 +185,7 @@ def plots(doc: dict, out_dir) -> list[Path]:
     rows = _per_benchmark(doc)
     if not rows:
         return []
-    tag = f"{doc['grid']} grid, {doc['target']}, {doc['dtype']}"
+    tag = f"{_cases_of(doc)}, {doc['target']}, {doc['dtype']}"
     names = [r["benchmark"] for r in rows]
     xs = list(range(len(rows)))
     split = next((i for i, r in enumerate(rows) if r["family"] == "multi"), len(rows))

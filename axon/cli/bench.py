@@ -12,6 +12,10 @@ HELP = "benchmark report: Axon vs direct lowering, hand kernels, ablations and r
 
 
 def add_arguments(parser) -> None:
+    parser.add_argument("program", nargs="?", metavar="FILE.py:NAME",
+                        help="a program of yours to measure beside (or instead of) --benchmarks, at --sizes")
+    parser.add_argument("--sizes", help="measure each benchmark once at these sizes (case 'given'), "
+                                        "e.g. m=1024,k=4096,n=4096, instead of the grid's cases")
     parser.add_argument("--target", default="trn2", choices=["trn1", "trn2"])
     parser.add_argument("--benchmarks", nargs="+", metavar="BENCH",
                         help="benchmarks to run (names or comma-separated; default: all 20)")
@@ -40,14 +44,17 @@ def run(args) -> int:
     from axon.bench import DEFAULT_BUDGET_S, progress_to_stderr, run_bench
     from axon.bench.report import PlotsUnavailable, markdown, plots
 
-    names = [n for part in (args.benchmarks or []) for n in part.split(",") if n] or None
+    from axon.cli.optimize import parse_sizes
+
+    names = [n for part in (args.benchmarks or []) for n in part.split(",") if n] + \
+        ([args.program] if args.program else []) or None
     json_path = Path(args.json_path or f"bench_{args.grid}_{args.target}.json")
     md_path = Path(args.md_path) if args.md_path else json_path.with_suffix(".md")
     command = "axon bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
     doc = run_bench(target=args.target, grid=args.grid, benchmarks=names, dtype=args.dtype, json_path=json_path,
                     budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S, fresh=args.fresh,
                     command=command, progress=None if args.quiet else progress_to_stderr, corpus=args.corpus,
-                    workers=args.workers)
+                    workers=args.workers, sizes=parse_sizes(args.sizes) if args.sizes else None)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(markdown(doc))
     written = [json_path, md_path]

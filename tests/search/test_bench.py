@@ -136,3 +136,20 @@ def test_the_report_is_the_same_with_one_worker_as_with_two(small_report, tmp_pa
     assert one["geomean"] == doc["geomean"]
     with pytest.raises(InputError, match="--workers must be at least 1"):
         run_bench(grid="small", benchmarks=["relu"], workers=0)
+
+
+def test_a_users_program_is_benchmarked_at_the_sizes_given(tmp_path, capsys):
+    (tmp_path / "mine.py").write_text(
+        "import axon\n\n\n@axon.program(x=('m', 'k'), w=('k', 'n'))\n"
+        "def half_relu_matmul(x, w):\n    return axon.relu(x * 0.5) @ w\n")
+    spec, json_path = f"{tmp_path / 'mine.py'}:half_relu_matmul", tmp_path / "mine.json"
+    rc = main(["bench", spec, "--sizes", "m=128,k=256,n=256", "--json", str(json_path), "--budget", "2",
+               "--workers", "1", "--quiet"])
+    assert rc == 0 and "user: 1 case(s)" in capsys.readouterr().out
+    (row,) = json.loads(json_path.read_text())["cases"]
+    assert (row["benchmark"], row["family"], row["case"]) == (spec, "user", "given")
+    assert row["sizes"] == {"m": 128, "k": 256, "n": 256} and row["direct_check"]["ok"]
+    assert 0 < row["axon_ns"] <= row["baselines"]["direct"] and row["baselines"]["hand"] is None
+    assert (tmp_path / "mine.md").read_text().startswith("# Axon benchmark report: at the sizes given, trn2")
+    with pytest.raises(InputError, match="needs --sizes for k, m, n"):
+        run_bench(benchmarks=[spec], json_path=tmp_path / "other.json")
