@@ -26,7 +26,7 @@ def _say(text: str) -> None:
 
 def run(args) -> int:
     from axon.rewriting import discover
-    from axon.search.optimize import optimize
+    from axon.search.optimize import launcher_path, optimize
 
     bench = get(args.benchmark)
     sizes = bench.sizes(args.case)
@@ -45,6 +45,7 @@ def run(args) -> int:
     print(f"== 3. optimize for {args.target} at {', '.join(f'{k}={v}' for k, v in sizes.items())} (bfloat16)")
     result = optimize(program, sizes, target=args.target, out_dir=args.out_dir, progress=_say)
     print("  " + result.report.replace("\n", "\n  "))
-    print(f"== kernel written to {result.kernel_path}; Perfetto timeline {result.trace_path}")
+    print(f"== kernel written to {result.kernel_path} (its launcher from PyTorch and JAX: "
+          f"{launcher_path(result.kernel_path)}); Perfetto timeline {result.trace_path}")
     print("   (latencies are the performance model's; kernels ran on Axon's NKI simulator)")
     return 0

@@ -51,7 +51,7 @@ def parse_sizes(text: str) -> dict[str, int]:
 
 def run(args) -> int:
     from axon.search.executor import make_executor
-    from axon.search.optimize import DEFAULT_BUDGET_S, optimize
+    from axon.search.optimize import DEFAULT_BUDGET_S, launcher_path, optimize
 
     sizes = parse_sizes(args.sizes) if args.sizes else args.case
     progress = None if args.quiet else (lambda s: print(f"axon: {s}", file=sys.stderr, flush=True))
@@ -62,5 +62,6 @@ def run(args) -> int:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(json.dumps(result.to_json(), indent=2) + "\n")
     print(result.report)
-    print(f"kernel: {result.kernel_path}" + (f"\ntrace:  {result.trace_path}" if result.trace_path else ""))
+    print(f"kernel: {result.kernel_path}\nlaunch: {launcher_path(result.kernel_path)}"
+          + (f"\ntrace:  {result.trace_path}" if result.trace_path else ""))
     return 0

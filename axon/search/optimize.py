@@ -421,11 +421,16 @@ def kernel_name(source: str) -> str:
     return source.split("@nki.jit", 1)[-1].split("def ", 1)[1].split("(", 1)[0]
 
 
+def launcher_path(kernel_path) -> Path:
+    """KERNEL_launch.py beside KERNEL.py: how to call it from PyTorch and JAX."""
+    path = Path(kernel_path)
+    return path.with_name(f"{path.stem}_launch.py")
+
+
 def write_launcher(tgt, kernel_path: Path, entry: str, shapes: dict, dtype: str, pipeline: bool = False) -> None:
-    """KERNEL_launch.py beside the kernel file, when the target has a launcher."""
+    """The launcher beside the kernel file, when the target has one."""
     if hasattr(tgt, "launcher"):
-        text = tgt.launcher(kernel_path.stem, entry, shapes, dtype, pipeline)
-        kernel_path.with_name(f"{kernel_path.stem}_launch.py").write_text(text)
+        launcher_path(kernel_path).write_text(tgt.launcher(kernel_path.stem, entry, shapes, dtype, pipeline))
 
 
 def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, measured=None,

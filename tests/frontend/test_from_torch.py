@@ -82,9 +82,10 @@ def check_a_llama_block_from_pytorch_optimizes_end_to_end_and_its_launcher_runs(
     for s in r.steps:
         assert not [f for f in lint(s.source, target="trn2") if f.severity == "error"], s.name
     # the launcher beside the kernels: every kernel call on the simulator
+    from axon.search.optimize import launcher_path
     from axon.targets.trainium.launch import simulated_launcher, simulated_run
 
-    ns = simulated_launcher(r.kernel_path.replace(".py", "_launch.py"))
+    ns = simulated_launcher(str(launcher_path(r.kernel_path)))
     simulate = simulated_run(r.kernel_path)
     data = prog.random_inputs({}, "bfloat16")
     data.update({k: v.astype(data[k].dtype) for k, v in prog.examples.items()})

@@ -1,7 +1,6 @@
 """The launcher written beside each kernel runs the user's path, from PyTorch tensors and from JAX
 arrays, here with each kernel call on the simulator; the kernel refuses other shapes at entry."""
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,12 +10,12 @@ from axon.suite import SUITE
 
 
 def check_a_kernels_launcher_runs_from_pytorch_and_from_jax():
+    from axon.search.optimize import launcher_path
     from axon.targets.trainium.launch import as_numpy, simulated_launcher, simulated_run
 
     r = axon.optimize("rmsnorm_matmul", {"m": 128, "k": 256, "n": 512}, "trn2", "bfloat16", budget_s=2,
                       out_dir=tempfile.mkdtemp(), algebra=False)
-    launcher = Path(r.kernel_path).with_name(Path(r.kernel_path).stem + "_launch.py")
-    ns = simulated_launcher(str(launcher))
+    ns = simulated_launcher(str(launcher_path(r.kernel_path)))
     simulate, seen = simulated_run(r.kernel_path), []
 
     def run(kernel, *args):
