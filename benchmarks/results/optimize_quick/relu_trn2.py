@@ -5,6 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   relu; row tile 128 x block 4, 2 column chunks per row tile
 lowerings: relu (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0, 0.00 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -13,6 +14,8 @@ import nki.language as nl
 
 @nki.jit
 def relu(x):
+    assert tuple(x.shape) == (1024, 4096), f"x: expected shape (1024, 4096), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: relu  (rows 128 x 4 per block)
@@ -20,9 +23,9 @@ def relu(x):
         for i_r in nl.affine_range(4):
             for i_c in nl.affine_range(2):
                 x_t = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=x_t[0:128, 0:2048], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 2048:i_c * 2048 + 2048])
+                nisa.dma_copy(dst=x_t[0:128, 0:2048], src=x[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 2048, 2048)])
                 relu1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
                 # relu: 1 instruction(s), proved
                 nisa.activation(dst=relu1[0:128, 0:2048], data=x_t[0:128, 0:2048], op=nl.relu)
-                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 2048:i_c * 2048 + 2048], src=relu1[0:128, 0:2048])
+                nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 2048, 2048)], src=relu1[0:128, 0:2048])
     return out
