@@ -63,6 +63,14 @@ def main() -> int:
         print(f"{name:20s} {row['latency_us']:10.1f} us  base {row['baseline_us']:10.1f} us  "
               f"x{row['speedup']:.2f}  roof {row['roofline_fraction']:.0%}  {wall:.1f} s", flush=True)
     cmdline = "python benchmarks/optimize_suite.py " + " ".join(sys.argv[1:])
+    json_path = ROOT / "benchmarks" / "results" / f"optimize_{args.case}.json"
+    if args.only and json_path.exists():  # the other benchmarks' rows stay, with the command that made them
+        old = json.loads(json_path.read_text())
+        cmdline = f"{old['command']}, then {cmdline}"
+        fresh = {r["benchmark"]: r for r in rows}
+        order = list(SUITE)
+        rows = sorted([r for r in old["rows"] if r["benchmark"] not in fresh] + rows,
+                      key=lambda r: order.index(r["benchmark"]) if r["benchmark"] in order else len(order))
     md = [f"# axon optimize, case `{args.case}`, {args.target}, {args.dtype}", "",
           f"Command: `{cmdline}` (each benchmark a fresh `axon optimize` process, empty result cache; "
           f"2-core machine). Latencies are the performance model's, on kernels checked numerically on the "
@@ -82,8 +90,7 @@ def main() -> int:
                   f"{r['max_abs_err']:.3g} | {r['check']} | {r['fusion']} | {len(r['rewrites'])} | "
                   f"{c['generated']}/{c['rejected_by_constraints']}/{c['evaluated']} | {r['wall_s']:.1f} |")
     (ROOT / "benchmarks" / "results" / f"optimize_{args.case}.md").write_text("\n".join(md) + "\n")
-    (ROOT / "benchmarks" / "results" / f"optimize_{args.case}.json").write_text(
-        json.dumps({"command": cmdline, "rows": rows}, indent=2) + "\n")
+    json_path.write_text(json.dumps({"command": cmdline, "rows": rows}, indent=2) + "\n")
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -273,12 +273,14 @@ class NkiEmitter:
         return "" if best == "vector" and not psum else f", engine=nisa.engine.{best}"
 
     def broadcast_vector(self, dst: str, src: str, n: int, partitions: int) -> None:
-        """dst[P, n] = src[n] on every partition: ones[1, P]^T @ src[1, n] on the Tensor Engine."""
+        """dst[P, n] = src[n] on every partition: ones[1, P]^T @ src[1, n] on the Tensor Engine,
+        in the kernel's dtype (exact: one product by 1.0 per element, summed in fp32 PSUM; a DMA
+        only copies, so the row keeps its HBM dtype)."""
         one = self.fresh("ones")
         row = self.fresh(f"{src}_row")
-        self.line(f"{one} = nl.ndarray((1, {partitions}), dtype=nl.float32, buffer=nl.sbuf)")
+        self.line(f"{one} = nl.ndarray((1, {partitions}), dtype=DT, buffer=nl.sbuf)")
         self.line(f"nisa.memset(dst={one}, value=1.0)")
-        self.line(f"{row} = nl.ndarray((1, {n}), dtype=nl.float32, buffer=nl.sbuf)")
+        self.line(f"{row} = nl.ndarray((1, {n}), dtype=DT, buffer=nl.sbuf)")
         self.line(f"nisa.dma_copy(dst={row}, src={src}.reshape((1, {n})))")
         self.tile_dtype[dst] = "f32" if self.wide_dtype == "f32" else "kernel"
         self.line(f"{dst} = nl.ndarray(({partitions}, {n}), dtype={_DTYPE[self.tile_dtype[dst]]}, buffer=nl.sbuf)")

@@ -166,8 +166,8 @@ def check_call(api: Api, args: tuple, kwargs: dict, facts: Facts, target: str,
         bias = bound.get("bias")
         if bias is not None and facts.memory(bias) is None and facts.name(bias) is None and _is_number(bias):
             problems.append(f"{call}: on NeuronCore-v2 (trn1) bias is a [P, 1] tile, not a number")
-    if api.name in ("nc_transpose", "dma_transpose") or (api.name == "dma_copy" and
-                                                          facts.name(bound.get("dge_mode")) == "hwdge"):
+    # dma_copy is dst = src in every DGE mode (its 2.32.0 page); only the beta-1 page casts
+    if api.name in ("nc_transpose", "dma_transpose", "dma_copy"):
         src = bound.get("data", bound.get("src"))
         a, b = facts.dtype(bound.get("dst")), facts.dtype(src)
         if _differ(a, b):

@@ -22,18 +22,18 @@ def layernorm(x, g, b):
     assert b.dtype == nl.bfloat16, f"b: expected bfloat16, got {b.dtype}"
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    ones = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)
+    ones = nl.ndarray((1, 128), dtype=DT, buffer=nl.sbuf)
     nisa.memset(dst=ones, value=1.0)
-    b_row = nl.ndarray((1, 4096), dtype=nl.float32, buffer=nl.sbuf)
+    b_row = nl.ndarray((1, 4096), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=b_row, src=b.reshape((1, 4096)))
     b_rows = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
     for i_c in nl.affine_range(8):
         bc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=bc, stationary=ones, moving=b_row[0:1, nl.ds(i_c * 512, 512)])
         nisa.tensor_copy(dst=b_rows[0:128, nl.ds(i_c * 512, 512)], src=bc, engine=nisa.engine.scalar)
-    ones1 = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)
+    ones1 = nl.ndarray((1, 128), dtype=DT, buffer=nl.sbuf)
     nisa.memset(dst=ones1, value=1.0)
-    g_row = nl.ndarray((1, 4096), dtype=nl.float32, buffer=nl.sbuf)
+    g_row = nl.ndarray((1, 4096), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=g_row, src=g.reshape((1, 4096)))
     g_rows = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
     for i_c in nl.affine_range(8):

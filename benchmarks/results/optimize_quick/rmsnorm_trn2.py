@@ -20,9 +20,9 @@ def rmsnorm(x, g):
     assert g.dtype == nl.bfloat16, f"g: expected bfloat16, got {g.dtype}"
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
-    ones = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)
+    ones = nl.ndarray((1, 128), dtype=DT, buffer=nl.sbuf)
     nisa.memset(dst=ones, value=1.0)
-    g_row = nl.ndarray((1, 4096), dtype=nl.float32, buffer=nl.sbuf)
+    g_row = nl.ndarray((1, 4096), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=g_row, src=g.reshape((1, 4096)))
     g_rows = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
     for i_c in nl.affine_range(8):

@@ -40,6 +40,8 @@ MISUSES = {
                                 "moving is in PSUM"),
     "a transpose that converts": (kernel("b = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.psum)",
                                          "nisa.nc_transpose(dst=b, data=t[0:128, 0:128])"), "does not convert"),
+    "a dma that converts": (kernel("b = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)",
+                                   "nisa.dma_copy(dst=b, src=t)"), "does not convert"),
     "an engine the call has not": (kernel("nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.add, "
                                           "engine=nisa.engine.scalar)"), "runs on gpsimd or vector"),
 }
