@@ -48,6 +48,7 @@ def _isa(name, params, required, tiles=None, engines=(), runs_on="", version=NKI
 
 
 _ANY = ("vector", "scalar", "gpsimd", "unknown")
+VIEWS = ("reshape", "ap")  # tensor methods that give a view of the same memory and dtype
 ISA = {a.name: a for a in (
     _isa("activation", "dst op data bias scale reduce_op reduce_res reduce_cmd engine name", 3,
          {"dst": ONCHIP, "data": ONCHIP, "bias": ONCHIP, "scale": ONCHIP, "reduce_res": ONCHIP},
@@ -238,6 +239,7 @@ class _Linter(ast.NodeVisitor):
         self.memory: dict[str, str] = {}
         self.dtype: dict[str, str] = {}  # tile -> dtype name, or "<param>.dtype"
         self.alias: dict[str, str] = {}  # DT = x.dtype
+        self.asserted: dict[str, str] = {}  # "x.dtype" -> "bfloat16", from the kernel's entry checks
         self.zeroed: dict[str, int] = {}  # PSUM tile -> the line of the memset that zeroed it
         self.saw_beta1 = False
         self.findings: list[Finding] = []
@@ -274,6 +276,17 @@ class _Linter(ast.NodeVisitor):
             for name in _tensor_params(node):  # a kernel's tensor arguments live in HBM
                 self.memory[name] = HBM
                 self.dtype[name] = f"{name}.dtype"
+        self.generic_visit(node)
+
+    def visit_Assert(self, node):
+        """`assert x.dtype == nl.bfloat16` (an entry check) makes x's dtype, and DT's, known."""
+        t = node.test
+        if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq):
+            a, b = t.left, t.comparators[0]
+            for side, other in ((a, b), (b, a)):
+                said, named = self._dtype_expr(side), self._dtype_expr(other)
+                if said and said.endswith(".dtype") and named and "." not in named:
+                    self.asserted[said] = named
         self.generic_visit(node)
 
     def visit_Assign(self, node):
@@ -358,8 +371,10 @@ class _Linter(ast.NodeVisitor):
 
     @staticmethod
     def _base(node) -> Optional[str]:
-        while isinstance(node, ast.Subscript):
-            node = node.value
+        """The tensor a view is of: t[...], t.reshape(...), t.ap(...)."""
+        while isinstance(node, ast.Subscript) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEWS):
+            node = node.value if isinstance(node, ast.Subscript) else node.func.value
         return node.id if isinstance(node, ast.Name) else None
 
     def _memory_of(self, node) -> Optional[str]:
@@ -368,7 +383,8 @@ class _Linter(ast.NodeVisitor):
 
     def _dtype_of(self, node) -> Optional[str]:
         base = self._base(node) if isinstance(node, ast.AST) else None
-        return self.dtype.get(base) if base else None
+        dt = self.dtype.get(base) if base else None
+        return self.asserted.get(dt, dt)
 
     def _dtype_expr(self, node) -> Optional[str]:
         if isinstance(node, ast.Name):

@@ -47,6 +47,19 @@ MISUSES = {
 }
 
 
+def test_an_entry_check_makes_a_parameters_dtype_known():
+    source = "\n".join([
+        "import nki", "import nki.isa as nisa", "import nki.language as nl", "", "",
+        "@nki.jit", "def k(g):",
+        "    assert g.dtype == nl.bfloat16",
+        "    row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)",
+        "    nisa.dma_copy(dst=row, src=g.reshape((1, 512)))",
+        "    return row"])
+    errors = [f for f in lint(source) if f.severity == "error"]
+    assert len(errors) == 1 and "does not convert: dst is float32, its source bfloat16" in errors[0].text
+    assert not [f for f in lint(source.replace("nl.float32", "g.dtype")) if f.severity == "error"]
+
+
 @pytest.mark.parametrize("case", sorted(MISUSES))
 def test_lint_and_the_strict_simulator_reject_the_same_misuse(case):
     source, expected = MISUSES[case]
