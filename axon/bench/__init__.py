@@ -219,6 +219,8 @@ def summarize(cases: list[dict]) -> dict:
     baselines = baselines_of(cases)
     for fam in FAMILIES:
         rows = [c for c in cases if c.get("family") == fam and "axon_ns" in c]
+        if fam == "user" and not rows:
+            continue  # the suite's own families are always reported, users' programs when measured
         g = {"cases": len(rows)}
         for b in baselines:
             g[b] = geomean(c["speedup"][b] for c in rows if c["speedup"].get(b))
