@@ -5,6 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   cumsum; row tile 128 x block 1
 lowerings: cumsum (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 1, 1.00 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -13,17 +14,18 @@ import nki.language as nl
 
 @nki.jit
 def cumsum(x):
+    assert tuple(x.shape) == (4096, 8192), f"x: expected shape (4096, 8192), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
     DT = x.dtype
     const = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=const, value=0.0)
     out = nl.ndarray((4096, 8192), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: cumsum  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(32):
-        i_r = 0
         x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192])
+        nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[nl.ds(i_rb * 128, 128), 0:8192])
         cumsum1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
         # cumsum: 1 instruction(s), proved
         nisa.tensor_tensor_scan(dst=cumsum1[0:128, 0:8192], data0=x_t[0:128, 0:8192], data1=const[0:128, 0:8192], initial=0.0, op0=nl.add, op1=nl.add)
-        nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192], src=cumsum1[0:128, 0:8192])
+        nisa.dma_copy(dst=out[nl.ds(i_rb * 128, 128), 0:8192], src=cumsum1[0:128, 0:8192])
     return out

@@ -6,6 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, silu, matmul, mul; row tile 128 x block 2, matmul n tile 512, n block 512, k tile 128, weights streamed along K in pieces of <= 4096 rows
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
+checked:  on m rows 0:256, 1792:2048 of 2048 (2 of 8 blocks of 256 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 510, 0.19 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -14,6 +15,12 @@ import nki.language as nl
 
 @nki.jit
 def gated_projection(x, w1, w2):
+    assert tuple(x.shape) == (2048, 8192), f"x: expected shape (2048, 8192), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
+    assert tuple(w1.shape) == (8192, 28672), f"w1: expected shape (8192, 28672), got {w1.shape}"
+    assert w1.dtype == nl.bfloat16, f"w1: expected bfloat16, got {w1.dtype}"
+    assert tuple(w2.shape) == (8192, 28672), f"w2: expected shape (8192, 28672), got {w2.shape}"
+    assert w2.dtype == nl.bfloat16, f"w2: expected bfloat16, got {w2.dtype}"
     DT = x.dtype
     out = nl.ndarray((2048, 28672), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: matmul, silu, matmul, mul  (rows 128 x 2 per block, n_tile 512, n_block 512)
@@ -21,40 +28,34 @@ def gated_projection(x, w1, w2):
         lhsT = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(2):
             x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, 0:8192])
+            nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[nl.ds(i_rb * 256 + i_r * 128, 128), 0:8192])
             for i_q in nl.affine_range(16):
                 tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, i_q * 512:i_q * 512 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=lhsT[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
+                nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=lhsT[0:128, nl.ds(i_r * 8192 + i_q * 512, 512)], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(56):
             acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
             acc1 = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
-            nisa.memset(dst=acc, value=0.0)
-            nisa.memset(dst=acc1, value=0.0)
             for i_kb in nl.affine_range(2):
                 w = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
                 for i_kt in nl.affine_range(32):
-                    nisa.dma_copy(dst=w[0:128, i_kt * 512:i_kt * 512 + 512], src=w1[i_kb * 4096 + i_kt * 128:i_kb * 4096 + i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
+                    nisa.dma_copy(dst=w[0:128, nl.ds(i_kt * 512, 512)], src=w1[nl.ds(i_kb * 4096 + i_kt * 128, 128), nl.ds(i_nb * 512, 512)])
                 w3 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
                 for i_kt in nl.affine_range(32):
-                    nisa.dma_copy(dst=w3[0:128, i_kt * 512:i_kt * 512 + 512], src=w2[i_kb * 4096 + i_kt * 128:i_kb * 4096 + i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
+                    nisa.dma_copy(dst=w3[0:128, nl.ds(i_kt * 512, 512)], src=w2[nl.ds(i_kb * 4096 + i_kt * 128, 128), nl.ds(i_nb * 512, 512)])
                 for i_r in nl.affine_range(2):
-                    i_nt = 0
                     for i_kt in nl.affine_range(32):
-                        nisa.nc_matmul(dst=acc[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], stationary=lhsT[0:128, i_r * 8192 + i_kb * 4096 + i_kt * 128:i_r * 8192 + i_kb * 4096 + i_kt * 128 + 128], moving=w[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
+                        nisa.nc_matmul(dst=acc[0:128, nl.ds(i_r * 512, 512)], stationary=lhsT[0:128, nl.ds(i_r * 8192 + i_kb * 4096 + i_kt * 128, 128)], moving=w[0:128, nl.ds(i_kt * 512, 512)])
                     for i_kt in nl.affine_range(32):
-                        nisa.nc_matmul(dst=acc1[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], stationary=lhsT[0:128, i_r * 8192 + i_kb * 4096 + i_kt * 128:i_r * 8192 + i_kb * 4096 + i_kt * 128 + 128], moving=w3[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
+                        nisa.nc_matmul(dst=acc1[0:128, nl.ds(i_r * 512, 512)], stationary=lhsT[0:128, nl.ds(i_r * 8192 + i_kb * 4096 + i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 512, 512)])
             for i_r in nl.affine_range(2):
                 o = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                i_nt = 0
-                mul1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 # silu, mul: 2 instruction(s), proved
                 t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], op=nl.silu)
-                nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, i_r * 512 + i_nt * 512:i_r * 512 + i_nt * 512 + 512], op=nl.multiply, engine=nisa.engine.vector)
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
-                nisa.dma_copy(dst=out[i_rb * 256 + i_r * 128:i_rb * 256 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
+                nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, nl.ds(i_r * 512, 512)], op=nl.silu)
+                nisa.tensor_tensor(dst=o[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, nl.ds(i_r * 512, 512)], op=nl.multiply, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[nl.ds(i_rb * 256 + i_r * 128, 128), nl.ds(i_nb * 512, 512)], src=o[0:128, 0:512])
     return out

@@ -5,6 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   sum, div, sub, mul, sum, div, add, sqrt, div, mul, add; row tile 128 x block 1, rows walked in column chunks of 4096
 lowerings: add (synthesis, proved), div (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0848, 0.96 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -13,51 +14,54 @@ import nki.language as nl
 
 @nki.jit
 def layernorm(x, g, b):
+    assert tuple(x.shape) == (4096, 8192), f"x: expected shape (4096, 8192), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
+    assert tuple(g.shape) == (8192,), f"g: expected shape (8192,), got {g.shape}"
+    assert g.dtype == nl.bfloat16, f"g: expected bfloat16, got {g.dtype}"
+    assert tuple(b.shape) == (8192,), f"b: expected shape (8192,), got {b.shape}"
+    assert b.dtype == nl.bfloat16, f"b: expected bfloat16, got {b.dtype}"
     DT = x.dtype
     out = nl.ndarray((4096, 8192), dtype=DT, buffer=nl.shared_hbm)
-    ones = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)
+    ones = nl.ndarray((1, 128), dtype=DT, buffer=nl.sbuf)
     nisa.memset(dst=ones, value=1.0)
-    b_row = nl.ndarray((1, 8192), dtype=nl.float32, buffer=nl.sbuf)
+    b_row = nl.ndarray((1, 8192), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=b_row, src=b.reshape((1, 8192)))
-    b_rows = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+    b_rows = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
     for i_c in nl.affine_range(16):
         bc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-        nisa.memset(dst=bc, value=0.0)
-        nisa.nc_matmul(dst=bc, stationary=ones, moving=b_row[0:1, i_c * 512:i_c * 512 + 512])
-        nisa.tensor_copy(dst=b_rows[0:128, i_c * 512:i_c * 512 + 512], src=bc, engine=nisa.engine.vector)
-    ones1 = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_matmul(dst=bc, stationary=ones, moving=b_row[0:1, nl.ds(i_c * 512, 512)])
+        nisa.tensor_copy(dst=b_rows[0:128, nl.ds(i_c * 512, 512)], src=bc, engine=nisa.engine.vector)
+    ones1 = nl.ndarray((1, 128), dtype=DT, buffer=nl.sbuf)
     nisa.memset(dst=ones1, value=1.0)
-    g_row = nl.ndarray((1, 8192), dtype=nl.float32, buffer=nl.sbuf)
+    g_row = nl.ndarray((1, 8192), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=g_row, src=g.reshape((1, 8192)))
-    g_rows = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+    g_rows = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
     for i_c in nl.affine_range(16):
         bc1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-        nisa.memset(dst=bc1, value=0.0)
-        nisa.nc_matmul(dst=bc1, stationary=ones1, moving=g_row[0:1, i_c * 512:i_c * 512 + 512])
-        nisa.tensor_copy(dst=g_rows[0:128, i_c * 512:i_c * 512 + 512], src=bc1, engine=nisa.engine.vector)
+        nisa.nc_matmul(dst=bc1, stationary=ones1, moving=g_row[0:1, nl.ds(i_c * 512, 512)])
+        nisa.tensor_copy(dst=g_rows[0:128, nl.ds(i_c * 512, 512)], src=bc1, engine=nisa.engine.vector)
     # pass 1: sum, div, sub, mul, sum, div, add, sqrt, div, mul, add  (rows 128 x 1 per block, column chunks of 4096)
     for i_rb in nl.affine_range(32):
-        i_r = 0
         acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.memset(dst=acc[0:128, 0:1], value=0.0)
         for i_c in nl.sequential_range(2):
             x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096])
+            nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_rb * 128, 128), nl.ds(i_c * 4096, 4096)])
             # sum, add: 2 instruction(s), proved
-            t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+            t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.copy, reduce_op=nl.add)
             nisa.activation(dst=acc[0:128, 0:1], data=acc[0:128, 0:1], bias=t1[0:128, 0:1], op=nl.copy)
         div1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         # div: 1 instruction(s), proved
-        nisa.tensor_scalar(dst=div1[0:128, 0:1], data=acc[0:128, 0:1], operand0=8192.0, op0=nl.divide, engine=nisa.engine.gpsimd)
+        nisa.tensor_scalar(dst=div1[0:128, 0:1], data=acc[0:128, 0:1], operand0=8192.0, op0=nl.divide)
         acc1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.memset(dst=acc1[0:128, 0:1], value=0.0)
         for i_c in nl.sequential_range(2):
             x_t1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t1[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096])
+            nisa.dma_copy(dst=x_t1[0:128, 0:4096], src=x[nl.ds(i_rb * 128, 128), nl.ds(i_c * 4096, 4096)])
             # sub, mul, sum, add: 2 instruction(s), proved
-            t2 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+            t2 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             t3 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.activation_reduce(dst=t2[0:128, 0:4096], reduce_res=t3[0:128, 0:1], data=x_t1[0:128, 0:4096], scale=-1.0, bias=div1[0:128, 0:1], op=nl.square, reduce_op=nl.add)
             nisa.activation(dst=acc1[0:128, 0:1], data=acc1[0:128, 0:1], bias=t3[0:128, 0:1], op=nl.copy)
@@ -65,17 +69,17 @@ def layernorm(x, g, b):
         add1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         sqrt1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         # div, add, sqrt: 3 instruction(s), proved
-        nisa.tensor_scalar(dst=div2[0:128, 0:1], data=acc1[0:128, 0:1], operand0=8192.0, op0=nl.divide, engine=nisa.engine.gpsimd)
+        nisa.tensor_scalar(dst=div2[0:128, 0:1], data=acc1[0:128, 0:1], operand0=8192.0, op0=nl.divide)
         nisa.activation(dst=add1[0:128, 0:1], data=div2[0:128, 0:1], bias=1e-06, op=nl.copy)
         nisa.activation(dst=sqrt1[0:128, 0:1], data=add1[0:128, 0:1], op=nl.sqrt)
         for i_c in nl.affine_range(2):
             x_t2 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t2[0:128, 0:4096], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096])
+            nisa.dma_copy(dst=x_t2[0:128, 0:4096], src=x[nl.ds(i_rb * 128, 128), nl.ds(i_c * 4096, 4096)])
             add2 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
             # sub, div, mul, add: 3 instruction(s), proved; fused tensor_scalar+tensor_scalar->tensor_scalar
-            t4 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_scalar(dst=t4[0:128, 0:4096], data=x_t2[0:128, 0:4096], operand0=div1[0:128, 0:1], operand1=sqrt1[0:128, 0:1], op0=nl.subtract, op1=nl.divide, engine=nisa.engine.gpsimd)
-            nisa.tensor_tensor(dst=t4[0:128, 0:4096], data1=t4[0:128, 0:4096], data2=g_rows[0:128, i_c * 4096:i_c * 4096 + 4096], op=nl.multiply)
-            nisa.tensor_tensor(dst=add2[0:128, 0:4096], data1=t4[0:128, 0:4096], data2=b_rows[0:128, i_c * 4096:i_c * 4096 + 4096], op=nl.add, engine=nisa.engine.gpsimd)
-            nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096], src=add2[0:128, 0:4096])
+            t4 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=t4[0:128, 0:4096], data=x_t2[0:128, 0:4096], operand0=div1[0:128, 0:1], operand1=sqrt1[0:128, 0:1], op0=nl.subtract, op1=nl.divide)
+            nisa.tensor_tensor(dst=t4[0:128, 0:4096], data1=t4[0:128, 0:4096], data2=g_rows[0:128, nl.ds(i_c * 4096, 4096)], op=nl.multiply, engine=nisa.engine.gpsimd)
+            nisa.tensor_tensor(dst=add2[0:128, 0:4096], data1=t4[0:128, 0:4096], data2=b_rows[0:128, nl.ds(i_c * 4096, 4096)], op=nl.add)
+            nisa.dma_copy(dst=out[nl.ds(i_rb * 128, 128), nl.ds(i_c * 4096, 4096)], src=add2[0:128, 0:4096])
     return out

@@ -5,6 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   mul; row tile 128 x block 4, 2 column chunks per row tile
 lowerings: mul (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0518, 0.99 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -13,6 +14,10 @@ import nki.language as nl
 
 @nki.jit
 def mul(x, y):
+    assert tuple(x.shape) == (4096, 8192), f"x: expected shape (4096, 8192), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
+    assert tuple(y.shape) == (4096, 8192), f"y: expected shape (4096, 8192), got {y.shape}"
+    assert y.dtype == nl.bfloat16, f"y: expected bfloat16, got {y.dtype}"
     DT = x.dtype
     out = nl.ndarray((4096, 8192), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: mul  (rows 128 x 4 per block)
@@ -20,11 +25,11 @@ def mul(x, y):
         for i_r in nl.affine_range(4):
             for i_c in nl.affine_range(2):
                 x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096])
+                nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)])
                 y_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=y_t[0:128, 0:4096], src=y[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096])
+                nisa.dma_copy(dst=y_t[0:128, 0:4096], src=y[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)])
                 mul1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
                 # mul: 1 instruction(s), proved
                 nisa.tensor_tensor(dst=mul1[0:128, 0:4096], data1=x_t[0:128, 0:4096], data2=y_t[0:128, 0:4096], op=nl.multiply)
-                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_c * 4096:i_c * 4096 + 4096], src=mul1[0:128, 0:4096])
+                nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)], src=mul1[0:128, 0:4096])
     return out

@@ -5,6 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1
 lowerings: add (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0527, 1.00 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -13,18 +14,23 @@ import nki.language as nl
 
 @nki.jit
 def rope(x, cos, sin):
+    assert tuple(x.shape) == (4096, 8192), f"x: expected shape (4096, 8192), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
+    assert tuple(cos.shape) == (4096, 4096), f"cos: expected shape (4096, 4096), got {cos.shape}"
+    assert cos.dtype == nl.bfloat16, f"cos: expected bfloat16, got {cos.dtype}"
+    assert tuple(sin.shape) == (4096, 4096), f"sin: expected shape (4096, 4096), got {sin.shape}"
+    assert sin.dtype == nl.bfloat16, f"sin: expected bfloat16, got {sin.dtype}"
     DT = x.dtype
     out0 = nl.ndarray((4096, 4096), dtype=DT, buffer=nl.shared_hbm)
     out1 = nl.ndarray((4096, 4096), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(32):
-        i_r = 0
         x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:8192])
+        nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[nl.ds(i_rb * 128, 128), 0:8192])
         cos_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=cos_t[0:128, 0:4096], src=cos[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
+        nisa.dma_copy(dst=cos_t[0:128, 0:4096], src=cos[nl.ds(i_rb * 128, 128), 0:4096])
         sin_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=sin_t[0:128, 0:4096], src=sin[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096])
+        nisa.dma_copy(dst=sin_t[0:128, 0:4096], src=sin[nl.ds(i_rb * 128, 128), 0:4096])
         sub1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         # mul, mul, sub, mul, mul, add: 6 instruction(s), proved
@@ -36,6 +42,6 @@ def rope(x, cos, sin):
         nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply)
         nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
         nisa.tensor_tensor(dst=add1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.add)
-        nisa.dma_copy(dst=out0[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096], src=sub1[0:128, 0:4096])
-        nisa.dma_copy(dst=out1[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:4096], src=add1[0:128, 0:4096])
+        nisa.dma_copy(dst=out0[nl.ds(i_rb * 128, 128), 0:4096], src=sub1[0:128, 0:4096])
+        nisa.dma_copy(dst=out1[nl.ds(i_rb * 128, 128), 0:4096], src=add1[0:128, 0:4096])
     return out0, out1

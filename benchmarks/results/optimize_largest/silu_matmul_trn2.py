@@ -6,6 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   silu, matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
 lowerings: matmul (synthesis, proved), silu (synthesis, proved)
+checked:  on m rows 0:512, 1536:2048 of 2048 (2 of 4 blocks of 512 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 1.08, 0.20 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -14,6 +15,10 @@ import nki.language as nl
 
 @nki.jit
 def silu_matmul(x, w):
+    assert tuple(x.shape) == (2048, 8192), f"x: expected shape (2048, 8192), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
+    assert tuple(w.shape) == (8192, 28672), f"w: expected shape (8192, 28672), got {w.shape}"
+    assert w.dtype == nl.bfloat16, f"w: expected bfloat16, got {w.dtype}"
     DT = x.dtype
     out = nl.ndarray((2048, 28672), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: silu, matmul  (rows 128 x 4 per block, n_tile 512, n_block 512)
@@ -21,28 +26,26 @@ def silu_matmul(x, w):
         silu_T = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
             x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, 0:8192])
+            nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[nl.ds(i_rb * 512 + i_r * 128, 128), 0:8192])
             silu1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
             # silu: 1 instruction(s), proved
             nisa.activation(dst=silu1[0:128, 0:8192], data=x_t[0:128, 0:8192], op=nl.silu)
             for i_q in nl.affine_range(16):
                 tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp[0:128, 0:128], data=silu1[0:128, i_q * 512:i_q * 512 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 128:256], data=silu1[0:128, i_q * 512 + 128:i_q * 512 + 128 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 256:384], data=silu1[0:128, i_q * 512 + 256:i_q * 512 + 256 + 128])
-                nisa.nc_transpose(dst=tp[0:128, 384:512], data=silu1[0:128, i_q * 512 + 384:i_q * 512 + 384 + 128])
-                nisa.tensor_copy(dst=silu_T[0:128, i_r * 8192 + i_q * 512:i_r * 8192 + i_q * 512 + 512], src=tp, engine=nisa.engine.vector)
+                nisa.nc_transpose(dst=tp[0:128, 0:128], data=silu1[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp[0:128, 128:256], data=silu1[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp[0:128, 256:384], data=silu1[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp[0:128, 384:512], data=silu1[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=silu_T[0:128, nl.ds(i_r * 8192 + i_q * 512, 512)], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(56):
             w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(64):
-                nisa.dma_copy(dst=w1[0:128, i_kt * 512:i_kt * 512 + 512], src=w[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
+                nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 512, 512)], src=w[nl.ds(i_kt * 128, 128), nl.ds(i_nb * 512, 512)])
             for i_r in nl.affine_range(4):
                 o = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                i_nt = 0
                 acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=acc, value=0.0)
                 for i_kt in nl.affine_range(64):
-                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=silu_T[0:128, i_r * 8192 + i_kt * 128:i_r * 8192 + i_kt * 128 + 128], moving=w1[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-                nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
-                nisa.dma_copy(dst=out[i_rb * 512 + i_r * 128:i_rb * 512 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
+                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=silu_T[0:128, nl.ds(i_r * 8192 + i_kt * 128, 128)], moving=w1[0:128, nl.ds(i_kt * 512, 512)])
+                nisa.tensor_copy(dst=o[0:128, 0:512], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
+                nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_nb * 512, 512)], src=o[0:128, 0:512])
     return out

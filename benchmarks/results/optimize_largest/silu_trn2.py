@@ -5,6 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   silu; row tile 128 x block 1, 4 column chunks per row tile
 lowerings: silu (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0154, 1.00 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -13,16 +14,17 @@ import nki.language as nl
 
 @nki.jit
 def silu(x):
+    assert tuple(x.shape) == (4096, 8192), f"x: expected shape (4096, 8192), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
     DT = x.dtype
     out = nl.ndarray((4096, 8192), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: silu  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(32):
-        i_r = 0
         for i_c in nl.affine_range(4):
             x_t = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:2048], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 2048:i_c * 2048 + 2048])
+            nisa.dma_copy(dst=x_t[0:128, 0:2048], src=x[nl.ds(i_rb * 128, 128), nl.ds(i_c * 2048, 2048)])
             silu1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
             # silu: 1 instruction(s), proved
             nisa.activation(dst=silu1[0:128, 0:2048], data=x_t[0:128, 0:2048], op=nl.silu)
-            nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 2048:i_c * 2048 + 2048], src=silu1[0:128, 0:2048])
+            nisa.dma_copy(dst=out[nl.ds(i_rb * 128, 128), nl.ds(i_c * 2048, 2048)], src=silu1[0:128, 0:2048])
     return out
