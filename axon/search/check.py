@@ -12,7 +12,9 @@ first, the last, and blocks spread evenly between, as many as the budget allows 
 A checked block is a multiple of every pass's row block, so each pass computes exactly the rows
 the next one reads; the code and HBM addressing are the full kernel's. Rows are independent (every
 computed value of a kernel carries the row dimension at axis -2: fusion.nodes.RowWorld), so the
-reference is the program on the inputs' same rows. Every pass's row tile divides the row count
+reference is the program on the inputs' same rows, one run of adjacent blocks at a time, with its
+positions along the rows (an arange: a causal mask) counted from the run's first row and a size
+read as a number (t - s) at the full size (rows_window). Every pass's row tile divides the row count
 (tiling.space), so no row tile is partial; column edges (a shorter last column chunk or n tile)
 lie inside every checked row.
 
@@ -21,17 +23,19 @@ Invariant: shared stage; the target is reached through `target.run` (select.chec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional
 
 import numpy as np
 
 from axon.errors import UnsupportedError
 from axon.fusion.nodes import RowWorld
-from axon.ir import Graph
+from axon.ir import Graph, Node, make_node
 from axon.search.candidates import Candidate, emit, packed_world
 from axon.search.select import Check, check_candidate, compare
-from axon.semantics.bounds import kernel_reference
+from axon.semantics.bounds import Tolerance, kernel_reference
+from axon.semantics.ops import ConstParams, Op
+from axon.semantics.sizes import Size
 from axon.tiling.build import narrow_values
 
 MIN_BLOCKS = 2  # a partial check runs at least the first and the last row block
@@ -117,26 +121,82 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
     what its full kernel already gave on `data` (then nothing runs)."""
     world, g, wsizes = packed_world(graph, cand.options.packed, sizes, cand.options.fold)
     narrow = narrow_values(cand.passes, cand.options)
-    row = RowWorld.of(graph).row
-    if rows is not None:  # which axis of each tensor holds the rows (a full check needs none)
-        in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
-        out_axes = [_row_axis(o.shape, row) for o in graph.outputs]
-    ref_in = dict(data) if rows is None else {k: _take(v, in_axes[k], rows) for k, v in data.items()}
-    # the reference's sizes: the checked rows, and the packed views' symbols over them
-    osizes = sizes if rows is None else {**sizes, rows.dim: rows.checked}
-    _, _, binding = packed_world(graph, g, osizes, cand.options.fold)
-    # a packed or folded graph computes on views of the same tensors ([m/g, g*c]; [.., 1, h*s, c])
-    ref_in = {n.params.name: ref_in[n.params.name].reshape(_shape(n, binding)) for n in world.graph.inputs}
-    want, tol = kernel_reference(world.graph, ref_in, dtype, narrow, binding)
-    shapes = [_shape(o, osizes) for o in graph.outputs]
-    want = tuple(w.reshape(sh) for w, sh in zip(want, shapes))
-    tol = tol.reshaped(shapes)
+    if rows is None:
+        want, tol = _reference(graph, world.graph, g, cand, dict(data), sizes, dtype, narrow)
+    else:
+        want, tol = _reference_on_rows(graph, world.graph, g, cand, data, sizes, dtype, narrow, rows)
     if outputs is not None:
         return compare(outputs, want, tol)
     source = cand.source
     outputs_of = None
     if rows is not None:
+        out_axes = _out_axes(graph)
         block_rows = tuple((s // g, e // g) for s, e in rows.ranges)
         source = emit(name, target, world, cand, wsizes, dtype, lowerer, rows=block_rows)
         outputs_of = lambda outs: [_take(np.asarray(o), a, rows) for o, a in zip(outs, out_axes)]
     return check_candidate(target, source, dict(data), want, tol, outputs_of)
+
+
+def _reference(graph: Graph, kernel_graph: Graph, g: int, cand: Candidate, ref_in: dict, sizes, dtype: str,
+               narrow) -> tuple[tuple[np.ndarray, ...], Tolerance]:
+    """The float64 reference of `kernel_graph` (`graph` as the kernel computes it: packed or
+    folded views) on `ref_in` at `sizes`, shaped as `graph`'s outputs, and its error bounds."""
+    _, _, binding = packed_world(graph, g, sizes, cand.options.fold)
+    # a packed or folded graph computes on views of the same tensors ([m/g, g*c]; [.., 1, h*s, c])
+    ref_in = {n.params.name: ref_in[n.params.name].reshape(_shape(n, binding)) for n in kernel_graph.inputs}
+    want, tol = kernel_reference(kernel_graph, ref_in, dtype, narrow, binding)
+    shapes = [_shape(o, sizes) for o in graph.outputs]
+    return tuple(w.reshape(sh) for w, sh in zip(want, shapes)), tol.reshaped(shapes)
+
+
+def _reference_on_rows(graph, kernel_graph, g, cand, data, sizes, dtype, narrow, rows: CheckedRows):
+    """The reference on the checked rows only: one window of rows at a time, each computed by the
+    program on those rows where its positions start at the window's first row (rows_window)."""
+    row = RowWorld.of(graph).row
+    in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
+    parts = []
+    for start, stop in rows.ranges:
+        window = CheckedRows(rows.dim, rows.rows, rows.block, ((start, stop),))
+        ref_in = {k: _take(v, in_axes[k], window) for k, v in data.items()}
+        shifted, moved = rows_window(kernel_graph, rows.dim, start, rows.rows)
+        parts.append(_reference(graph, shifted, g, cand, ref_in, {**sizes, rows.dim: stop - start}, dtype,
+                                frozenset(moved.get(n, n) for n in narrow)))
+    return _joined(parts, _out_axes(graph))
+
+
+def rows_window(graph: Graph, dim: str, start: int, rows: int) -> tuple[Graph, dict[Node, Node]]:
+    """`graph` computing rows start, start + 1, ... of its row dimension `dim` (of `rows`), with `dim`
+    then bound to the window's length; and the nodes it changed, old to new. Rows are independent,
+    but a position of one (an arange of `dim`: a causal mask) and the size read as a number (the
+    offset t - s) say where the row is: the first counts from `start`, the second stays `rows`."""
+    moved: dict[Node, Node] = {}
+    for node in graph.nodes():
+        if node.op is Op.CONST and isinstance(node.params.value, Size) and dim in node.params.value.symbols:
+            moved[node] = Node(Op.CONST, (), ConstParams(node.params.value.bind({dim: rows})), node.shape)
+        elif node.op is Op.IOTA and dim in node.params.size.symbols:
+            if node.params.size.as_symbol() != dim:
+                raise UnsupportedError(f"arange({node.params.size}) cannot be checked on some rows of {dim}")
+            moved[node] = make_node(Op.ADD, [node, Node(Op.CONST, (), ConstParams(start), ())])
+        elif any(i in moved for i in node.inputs):
+            moved[node] = make_node(node.op, [moved.get(i, i) for i in node.inputs], node.params)
+    outputs = tuple(moved.get(o, o) for o in graph.outputs)
+    return Graph(graph.inputs, outputs, graph.constraints), moved
+
+
+def _out_axes(graph: Graph) -> list[Optional[int]]:
+    row = RowWorld.of(graph).row
+    return [_row_axis(o.shape, row) for o in graph.outputs]
+
+
+def _joined(parts, axes) -> tuple[tuple[np.ndarray, ...], Tolerance]:
+    """The references and bounds of row windows as one, in the order of the windows."""
+    def join(arrays, axis):
+        return arrays[0] if axis is None else np.concatenate(arrays, axis=axis)
+
+    wants = tuple(join([w[i] for w, _ in parts], a) for i, a in enumerate(axes))
+    tols = [t for _, t in parts]
+    tol = replace(tols[0], bounds=tuple(join([t.bounds[i] for t in tols], a) for i, a in enumerate(axes)),
+                  expected=tuple(join([t.expected[i] for t in tols], a) for i, a in enumerate(axes))
+                  if tols[0].expected else (),
+                  reduction=max(t.reduction for t in tols))
+    return wants, tol

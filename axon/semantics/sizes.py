@@ -75,6 +75,17 @@ class Size:
             total += value
         return total
 
+    def bind(self, values: Mapping[str, int]) -> "Size":
+        """The size with the dimensions in `values` replaced by their numbers (the others stay)."""
+        out: dict[Monomial, Fraction] = {}
+        for monomial, coeff in self.terms:
+            for name in monomial:
+                if name in values:
+                    coeff *= values[name]
+            rest = tuple(n for n in monomial if n not in values)
+            out[rest] = out.get(rest, Fraction(0)) + coeff
+        return Size(out)
+
     def evaluate_int(self, binding: Mapping[str, int]) -> int:
         value = self.evaluate(binding)
         if value.denominator != 1:

@@ -159,3 +159,36 @@ def test_a_causal_kernel_checked_on_some_row_blocks_computes_the_full_kernels_ro
         inside[s:e] = True
     assert np.array_equal(part[..., inside, :], full[..., inside, :])
     assert np.isnan(part[..., ~inside, :]).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(cmp=st.sampled_from(sorted(COMPARE)), row_scale=st.integers(1, 3), shift=st.integers(-40, 40),
+       start=st.integers(0, 5), length=st.integers(1, 3))
+def test_a_window_of_rows_computes_those_rows_of_the_whole_program(cmp, row_scale, shift, start, length):
+    from axon.search.check import rows_window
+    from axon.semantics.evaluate import evaluate
+
+    graph = _mask_program(cmp, row_scale, shift).graph
+    x = np.random.default_rng(0).normal(size=(8 * 16, 200))
+    whole = evaluate(graph, {"x": x})[0]
+    rows = slice(start * 16, (start + length) * 16)
+    window, moved = rows_window(graph, "s", rows.start, 128)
+    assert moved  # the arange of s and the size read as a number changed
+    part = evaluate(window, {"x": x[rows]}, {"s": length * 16, "t": 200})[0]
+    assert np.array_equal(part, whole[rows])
+
+
+def test_a_causal_search_checked_on_some_row_blocks_finds_a_correct_kernel(monkeypatch):
+    """The check's reference on the checked rows sees each row at its own position: with the rows
+    counted from 0 (and the offset t - s read at the checked length) no correct kernel passed."""
+    import importlib
+
+    optimize_module = importlib.import_module("axon.search.optimize")
+    monkeypatch.setattr(optimize_module, "FULL_CHECK_MACS", 1e8)
+    from axon.search.executor import make_executor
+
+    result = optimize("causal_gqa", {"kv": 1, "g": 2, "s": 1024, "t": 1024, "d": 64}, budget_s=60, variants=2,
+                      executor=make_executor(1))
+    rows = result.checked["rows"]
+    assert rows != "all" and sum(e - s for s, e in rows["ranges"]) < 1024
+    assert result.checked["max_err_over_bound"] <= 1.0
