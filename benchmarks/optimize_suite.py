@@ -55,13 +55,14 @@ def main() -> int:
         data = json.loads(jpath.read_text())
         b = data["best"]
         row = {"benchmark": name, "ok": True, "sizes": data["sizes"], "latency_us": b["latency_ns"] / 1e3,
-               "baseline_us": data["baseline"]["latency_ns"] / 1e3, "speedup": data["baseline"]["speedup"],
+               "baseline_us": _us(data["baseline"]["latency_ns"]), "speedup": data["baseline"]["speedup"],
+               "baseline_none": data["baseline"].get("none", ""),
                "roofline_fraction": b["roofline_fraction"], "max_abs_err": b["max_abs_err"], "fusion": b["fusion"],
                "rewrites": b["rewrites"], "candidates": data["candidates"], "wall_s": wall,
                "check": "full size" if b["check"].startswith("full size") else b["check"].split(" (")[0].lower()}
         rows.append(row)
-        print(f"{name:20s} {row['latency_us']:10.1f} us  base {row['baseline_us']:10.1f} us  "
-              f"x{row['speedup']:.2f}  roof {row['roofline_fraction']:.0%}  {wall:.1f} s", flush=True)
+        print(f"{name:20s} {row['latency_us']:10.1f} us  base {_cell(row['baseline_us'], '.1f')} us  "
+              f"{_cell(row['speedup'], '.2f', unit='x')}  roof {row['roofline_fraction']:.0%}  {wall:.1f} s", flush=True)
     cmdline = "python benchmarks/optimize_suite.py " + " ".join(sys.argv[1:])
     json_path = ROOT / "benchmarks" / "results" / f"optimize_{args.case}.json"
     if args.only and json_path.exists():  # the other benchmarks' rows stay, with the command that made them
@@ -86,12 +87,24 @@ def main() -> int:
         c = r["candidates"]
         goal = " (goal 70%)" if r["benchmark"] in ROOFLINE_GOAL else ""
         md.append(f"| {r['benchmark']} | {','.join(f'{k}={v}' for k, v in r['sizes'].items())} | {r['latency_us']:.1f} | "
-                  f"{r['baseline_us']:.1f} | {r['speedup']:.2f}x | {r['roofline_fraction']:.0%}{goal} | "
+                  f"{_cell(r['baseline_us'], '.1f', r.get('baseline_none'))} | {_cell(r['speedup'], '.2f', unit='x')} | "
+                  f"{r['roofline_fraction']:.0%}{goal} | "
                   f"{r['max_abs_err']:.3g} | {r['check']} | {r['fusion']} | {len(r['rewrites'])} | "
                   f"{c['generated']}/{c['rejected_by_constraints']}/{c['evaluated']} | {r['wall_s']:.1f} |")
     (ROOT / "benchmarks" / "results" / f"optimize_{args.case}.md").write_text("\n".join(md) + "\n")
     json_path.write_text(json.dumps({"command": cmdline, "rows": rows}, indent=2) + "\n")
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+def _us(ns):
+    return None if ns is None else ns / 1e3
+
+
+def _cell(x, spec: str, why: str = "", unit: str = "") -> str:
+    """A number of the table, or a dash (with the reason) where there is none."""
+    if x is not None:
+        return format(x, spec) + unit
+    return f"— ({why.split(':')[0]})" if why else "—"
 
 
 def largest_case(name: str) -> str:

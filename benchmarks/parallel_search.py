@@ -1,12 +1,15 @@
 """Parallel and deterministic search (issue 13): the same kernel with 1 and 2 workers, under load and
 with Ray; a stored case as a whole process; the quick bench grid with 1 and 2 workers.
 
-    python benchmarks/parallel_search.py [--grid-benchmarks all|NAME,...] [--skip-grid]
+    python benchmarks/parallel_search.py [--grid-benchmarks all|NAME,...] [--skip-grid] [--corpus DIR]
+                                         [--report benchmarks/results/bench_quick_trn2.json]
 
 Writes benchmarks/results/parallel_search.md (and .json). Every optimize runs as its own `axon`
 process with its own empty kernel database, so nothing is reused between the runs compared; "under
 load" has one busy process per core beside it. The grid is `axon bench --grid quick` into two
-fresh JSON files, whose cases are compared with the wall-clock fields left out.
+fresh JSON files, whose cases are compared with the wall-clock fields left out; `--corpus` gives
+both runs the AWS kernels' column, and `--report` keeps the 2-worker run's report (its Markdown
+beside it, plots in benchmarks/results/plots): the bench report of the README.
 """
 from __future__ import annotations
 
@@ -72,13 +75,17 @@ def determinism(tmp: Path) -> dict:
             "identical": len({r["kernel_sha256"] for r in runs.values()}) == 1}
 
 
-def grid(tmp: Path, benchmarks: str) -> dict:
+def grid(tmp: Path, benchmarks: str, corpus: str | None, report: str | None) -> dict:
     out = {}
     for workers in (1, 2):
-        path = tmp / f"grid_{workers}.json"
-        cmd = AXON + ["bench", "--grid", "quick", "--json", str(path), "--workers", str(workers), "--quiet"]
+        path = Path(report) if report and workers == 2 else tmp / f"grid_{workers}.json"
+        cmd = AXON + ["bench", "--grid", "quick", "--json", str(path), "--workers", str(workers), "--quiet", "--fresh"]
         if benchmarks != "all":
             cmd += ["--benchmarks", benchmarks]
+        if corpus:
+            cmd += ["--corpus", corpus]
+        if report and workers == 2:
+            cmd += ["--plots", str(ROOT / "benchmarks" / "results" / "plots")]
         print(f"axon bench --grid quick --workers {workers}", flush=True)
         t = time.perf_counter()
         subprocess.run(cmd, env={**os.environ, "AXON_CACHE_DIR": str(tmp / f"grid_cache_{workers}")},
@@ -112,6 +119,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid-benchmarks", default="all", help="the quick grid's benchmarks (default: all)")
     ap.add_argument("--skip-grid", action="store_true")
+    ap.add_argument("--corpus", help="fetched AWS kernel checkouts for the grid's AWS column (axon bench --corpus)")
+    ap.add_argument("--report", help="keep the 2-worker grid's report (JSON path; the Markdown beside it)")
     args = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {"command": "python benchmarks/parallel_search.py " + " ".join(sys.argv[1:]), "commit": commit,
@@ -119,7 +128,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="axon_parallel_") as tmp:
         doc["determinism"] = determinism(Path(tmp))
         if not args.skip_grid:
-            doc["grid"] = grid(Path(tmp), args.grid_benchmarks)
+            doc["grid"] = grid(Path(tmp), args.grid_benchmarks, args.corpus, args.report)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
     OUT.with_suffix(".md").write_text(markdown(doc))

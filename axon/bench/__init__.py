@@ -157,7 +157,7 @@ def _aws_current(row: dict) -> bool:
 
 def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, budget_s: float,
                  cache, say: Callable[[str], None], corpus=None, executor=None) -> dict:
-    from axon.search.optimize import optimize
+    from axon.search.optimize import finite_or_none, optimize
 
     bench = suite.get(name)
     row = {"benchmark": name, "family": bench.family, "case": case, "sizes": sizes, "target": target, "dtype": dtype}
@@ -187,7 +187,7 @@ def measure_case(name: str, case: str, sizes: dict, target: str, dtype: str, bud
         "axon_ns": full.latency_ns,
         "roofline_ns": roofline,
         "roofline_fraction": roofline / full.latency_ns,
-        "baselines": {"direct": full.baseline_latency_ns, "hand": hand["ns"] if hand else None, **lat},
+        "baselines": {"direct": finite_or_none(full.baseline_latency_ns), "hand": hand["ns"] if hand else None, **lat},
         "search_s": round(search_s, 2),
         **_searched(full), "max_abs_err": full.max_abs_err,
         "ablations": {k: ({**_searched(r), "candidates": _searched(r)["candidates"]["generated"]}

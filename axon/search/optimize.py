@@ -14,6 +14,7 @@ Invariant: shared stage; Trainium appears only as the default target name.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class OptimizeResult(Ratios):
     rewrites: tuple
     tiling: list
     fusion: str
-    baseline_latency_ns: float
+    baseline_latency_ns: float  # inf when the direct lowering has no latency (baseline_note says why)
     candidates: dict
     proofs: dict
     time_s: dict
@@ -86,6 +87,7 @@ class OptimizeResult(Ratios):
     trace_path: Optional[str] = None
     winner: Optional[Candidate] = field(default=None, repr=False)
     baseline_source: str = field(default="", repr=False)  # the direct lowering's kernel (the report checks it)
+    baseline_note: str = ""  # why the direct lowering has no latency: it does not fit, or failed to simulate
     # instruction level: groups lowered together, instruction fusions, second-round propagation
     instructions: dict = field(default_factory=dict)
     # what the winner implements: (the variant's Graph, the sizes binding its dimensions); not stored
@@ -98,10 +100,23 @@ class OptimizeResult(Ratios):
                      "roofline_fraction": self.roofline_fraction, "max_abs_err": self.max_abs_err,
                      "rewrites": list(self.rewrites), "tiling": self.tiling, "fusion": self.fusion,
                      "check": self.check, "checked": self.checked, "trace_path": self.trace_path},
-            "baseline": {"latency_ns": self.baseline_latency_ns, "speedup": self.speedup},
+            "baseline": {"latency_ns": finite_or_none(self.baseline_latency_ns), "speedup": finite_or_none(self.speedup),
+                         **({"none": self.baseline_note} if self.baseline_note else {})},
             "candidates": self.candidates, "proofs": self.proofs, "time_s": self.time_s,
             "instructions": self.instructions,
         }
+
+
+def finite_or_none(x: float) -> Optional[float]:
+    """JSON has no infinity: a latency that does not exist is null."""
+    return x if math.isfinite(x) else None
+
+
+def baseline_line(r) -> str:
+    """What the report says of the direct lowering."""
+    if r.baseline_note:
+        return f"none: the direct lowering {r.baseline_note}"
+    return f"{r.baseline_latency_ns / 1e3:.2f} us (direct lowering); speedup {r.speedup:.2f}x"
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -311,6 +326,8 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         benchmark=prog.name, target=tgt.name, sizes=given, dtype=dtype, kernel_source=cand.source,
         latency_ns=t.latency_ns, roofline_ns=roofline.ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
         tiling=cand.tiling(), fusion=cand.fusion, baseline_latency_ns=base_t.latency_ns,
+        baseline_note=(f"does not fit {tgt.name}: {base_misfit}" if base_misfit else
+                       f"failed in the simulator: {base_t.error}" if base_t.error else ""),
         candidates={"generated": generated, "distinct_kernels": len(cands),
                     "rejected_by_constraints": counts.rejected_by_constraints,
                     "unsupported": counts.unsupported, "failed_simulation": len(failed_sim),
@@ -337,8 +354,8 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         write_outputs(result, tgt, Path(out_dir), shapes, runs.get(cand.source))
         trace = Path(result.trace_path).read_bytes() if result.trace_path else None
     cache.put_winner(wkey, prog.graph.pretty(), sizes, dtype, tgt.name, _stored_fields(result), trace)
-    say(f"best {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of roofline), "
-        f"direct lowering {result.baseline_latency_ns / 1e3:.1f} us")
+    say(f"best {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of roofline); baseline "
+        f"{baseline_line(result)}")
     return result
 
 
@@ -390,7 +407,7 @@ def _report(r: OptimizeResult, cand: Candidate, counts: Counts) -> str:
     lines = [f"{r.benchmark} on {r.target} ({r.dtype}), sizes {r.sizes}",
              f"  best:     {r.latency_ns / 1e3:.2f} us, {r.roofline_fraction:.0%} of the program's roofline "
              f"({r.roofline_ns / 1e3:.2f} us); {cand.describe()}",
-             f"  baseline: {r.baseline_latency_ns / 1e3:.2f} us (direct lowering); speedup {r.speedup:.2f}x",
+             f"  baseline: {baseline_line(r)}",
              f"  rewrites: {', '.join(r.rewrites) or 'none'}",
              f"  checked:  {r.check}; max |err| {r.max_abs_err:.3g}",
              f"  candidates: {r.candidates}",

@@ -28,7 +28,7 @@ from axon.frontend.program import InputShape, Program, program_of
 from axon.fusion.kernels import Partition, Piece, Relayout
 from axon.search.roofline import program_roofline
 from axon.search.check import check as check_with_data
-from axon.search.optimize import Ratios, get_target, write_launcher
+from axon.search.optimize import Ratios, finite_or_none, get_target, write_launcher
 from axon.semantics.evaluate import dtype_named
 from axon.tiling.relayout import relayout_kernel
 
@@ -49,7 +49,7 @@ class Step:
     def to_json(self) -> dict:
         out = {"kind": self.kind, "name": self.name, "inputs": [[v, list(s)] for v, s in self.inputs],
                "outputs": list(self.outputs), "latency_ns": self.latency_ns,
-               "baseline_latency_ns": self.baseline_latency_ns}
+               "baseline_latency_ns": finite_or_none(self.baseline_latency_ns)}
         if self.result is not None:
             out["result"] = self.result.to_json()
         return out
@@ -91,7 +91,8 @@ class PipelineResult(Ratios):
                 "best": {"kernel_path": self.kernel_path, "latency_ns": self.latency_ns,
                          "roofline_ns": self.roofline_ns, "roofline_fraction": self.roofline_fraction,
                          "max_abs_err": self.max_abs_err, "check": self.check},
-                "baseline": {"latency_ns": self.baseline_latency_ns, "speedup": self.speedup},
+                "baseline": {"latency_ns": finite_or_none(self.baseline_latency_ns),
+                             "speedup": finite_or_none(self.speedup)},
                 "steps": [s.to_json() for s in self.steps], "time_s": self.time_s}
 
 
@@ -132,8 +133,8 @@ def optimize_pipeline(prog: Program, part: Partition, sizes: dict, optimize_one:
     result.report = _report(result)
     if out_dir is not None:
         write_pipeline(result, Path(out_dir))
-    say(f"best {result.latency_ns / 1e3:.1f} us in {kernels} kernels ({result.roofline_fraction:.0%} of roofline), "
-        f"direct lowering {result.baseline_latency_ns / 1e3:.1f} us")
+    say(f"best {result.latency_ns / 1e3:.1f} us in {kernels} kernels ({result.roofline_fraction:.0%} of roofline); "
+        f"baseline {_baseline(result)}")
     return result
 
 
@@ -247,13 +248,18 @@ def write_pipeline(result: PipelineResult, out_dir: Path) -> None:
     (out_dir / f"{stem}.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
 
 
+def _baseline(result: PipelineResult) -> str:
+    if not math.isfinite(result.baseline_latency_ns):
+        return "none: a kernel's direct lowering does not fit or failed in the simulator (its own report says which)"
+    return f"{result.baseline_latency_ns / 1e3:.1f} us (each kernel's direct lowering), speedup {result.speedup:.2f}x"
+
+
 def _report(result: PipelineResult) -> str:
     lines = [f"{result.benchmark} on {result.target} ({result.dtype}) {result.sizes}: "
              f"{len([s for s in result.steps if s.kind == 'kernel'])} kernels",
              f"  best:     {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of the program's roofline "
              f"{result.roofline_ns / 1e3:.1f} us)",
-             f"  baseline: {result.baseline_latency_ns / 1e3:.1f} us (each kernel's direct lowering), "
-             f"speedup {result.speedup:.2f}x"]
+             f"  baseline: {_baseline(result)}"]
     for i, s in enumerate(result.steps):
         if s.kind == "kernel":
             r = s.result

@@ -172,3 +172,25 @@ def test_optimize_survives_a_poisoned_cache(tmp_path, monkeypatch):
     db.close()
     again = optimize(double, {"m": 128, "n": 128}, dtype="float32")
     assert again.latency_ns == first.latency_ns > 0
+
+
+def test_a_direct_lowering_that_does_not_fit_is_said_so_not_infinitely_slow(monkeypatch, tmp_path):
+    import importlib
+
+    monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
+    optimize_module = importlib.import_module("axon.search.optimize")
+    real = optimize_module.direct_lowering
+
+    def unfit(*args, **kwargs):
+        cand = real(*args, **kwargs)
+        cand.misfit = "SBUF: 300 KiB per partition live, 208 KiB exist"
+        return cand
+
+    monkeypatch.setattr(optimize_module, "direct_lowering", unfit)
+    r = optimize_module.optimize("relu", {"m": 128, "n": 512}, budget_s=5)
+    assert r.latency_ns > 0
+    baseline = r.to_json()["baseline"]
+    assert baseline == {"latency_ns": None, "speedup": None,
+                        "none": "does not fit trn2: SBUF: 300 KiB per partition live, 208 KiB exist"}
+    json.dumps(r.to_json(), allow_nan=False)  # valid JSON: no Infinity
+    assert "baseline: none: the direct lowering does not fit trn2: SBUF" in r.report
