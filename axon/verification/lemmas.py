@@ -49,6 +49,12 @@ LEMMAS: dict[str, Lemma] = {lemma.name: lemma for lemma in [
                                         np.array([sum(sum(x[c * i + k] for k in range(c)) for i in range(n)),
                                                   max(max(x[c * i + k] for k in range(c)) for i in range(n))])))(
               rng.standard_normal(3 * n), 3)),
+    Lemma("fold_cases", "fold_{r < E} b(r) = fold_{r < k} b(r) (+) fold_{r < E - k} b(r + k), 1 <= k <= E - 1, "
+          "with a comparison of r against k decided on each side",
+          "[0, E) is the disjoint union of [0, k) and k + [0, E - k); combine is associative and commutative",
+          lambda rng, n: (lambda x, k: (np.array([x.sum(), x.max()]),
+                                        np.array([x[:k].sum() + x[k:].sum(), max(x[:k].max(), x[k:].max())])))(
+              rng.standard_normal(n + 1), max(1, n // 2))),
     Lemma("index_split", "floor((q b + r) / b) = q + floor(r / b), (q b + r) mod b = r mod b; integers, b > 0",
           "q b is a multiple of b", lambda rng, n: (lambda q, r, b: (
               np.concatenate([(q * b + r) // b, (q * b + r) % b]), np.concatenate([q + r // b, r % b])))(

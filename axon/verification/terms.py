@@ -505,7 +505,8 @@ def fold(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
     Sum (`combine == 'add'`), lemmas: `fold_linear` (sum(a + b) = sum a + sum b), `fold_factor`
     (sum(c * b) = c * sum b when c does not depend on the binder), `fold_const` (sum over n of c is
     n * c), `fold_alpha` (the binder is renamed `_b<level>`, level = 1 + the deepest fold inside, so
-    alpha-equivalent folds get one key). Max/min (`extent >= 1` by the size preconditions):
+    alpha-equivalent folds get one key), `fold_cases` (see `_cases`). Max/min (`extent >= 1` by the
+    size preconditions):
     `extremum_shift` (max(b + c) = max(b) + c), `extremum_scale` (max(c * b) = c * max(b) for c >= 0,
     = c * min(b) for c < 0), `extremum_const` (max over n >= 1 of c is c). Both: `fold_unroll` (a constant extent
     n <= UNROLL gives the explicit sum/max of the n body instances), `fold_swap` (see `_swapped`)."""
@@ -519,6 +520,11 @@ def fold(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
             for v in values[1:]:
                 out = extremum(combine, out, v)
             return out
+    parts = _cases(extent, binder, body)
+    if parts is not None:
+        (e1, b1), (e2, b2) = parts
+        first, second = fold(combine, e1, binder, b1), fold(combine, e2, binder, b2)
+        return first + second if combine == "add" else extremum(combine, first, second)
     if combine == "add":
         total = ZERO
         for m, c in body.terms:
@@ -543,6 +549,88 @@ def fold(combine: str, extent: Poly, binder: Var, body: Poly) -> Poly:
             flipped = combine if c > 0 else ("min" if combine == "max" else "max")
             return shift + monomial(c, indep) * _fold_atom(flipped, extent, binder, monomial(Fraction(1), dep))
     return shift + _fold_atom(combine, extent, binder, dep_body)
+
+
+def _cases(extent: Poly, binder: Var, body: Poly) -> Optional[tuple[tuple[Poly, Poly], tuple[Poly, Poly]]]:
+    """Lemma `fold_cases`: a fold over [0, E) whose body compares the binder r with a threshold k
+    (gt/ge of c -+ r, c free of r: r < k or r >= k) that lies strictly inside the range for all
+    sizes (1 <= k <= E - 1) is the combination of the fold over [0, k) and the fold over [0, E - k)
+    of the body at r + k, each with the comparison decided. A concatenation's element is such a
+    select, so a fold over the concatenated axis splits into folds over its parts. Returns the two
+    (extent, body) pairs, or None."""
+    found = _threshold(body, binder)
+    if found is None:
+        return None
+    cmp, k, below = found
+    if not (_at_least_one(k) and _at_least_one(extent - k)):
+        return None
+    low, high = (ONE, ZERO) if below else (ZERO, ONE)
+    first = _replace(body, binder.key, cmp, low)
+    second = substitute(_replace(body, binder.key, cmp, high), {binder.key: Poly.atom(binder) + k})
+    return (k, first), (extent - k, second)
+
+
+def _threshold(p: Poly, binder: Var) -> Optional[tuple[Atom, Poly, bool]]:
+    """A comparison atom in `p` of the form gt/ge(s r + c0), s = +-1, c0 free of the binder r:
+    (the atom, k, whether it holds for r < k)."""
+    for a in p.atoms():
+        if binder.key not in a.free:
+            continue
+        if isinstance(a, Fn) and a.op in ("gt", "ge"):
+            d = a.args[0]
+            r = Poly.atom(binder)
+            s = next((c for m, c in d.terms if m == ((binder, 1),)), None)
+            c0 = d - r * s if s in (1, -1) else None
+            if c0 is not None and binder.key not in c0.free:
+                # s = -1: c0 - r > 0 <=> r < c0 (ge: r < c0 + 1); s = 1: r + c0 > 0 <=> r >= 1 - c0 (ge: -c0)
+                k = (c0 if a.op == "gt" else c0 + ONE) if s == -1 else (ONE - c0 if a.op == "gt" else -c0)
+                return a, k, s == -1
+        for part in _parts(a):
+            found = _threshold(part, binder)
+            if found is not None:
+                return found
+    return None
+
+
+def _parts(a: Atom) -> tuple[Poly, ...]:
+    if isinstance(a, Read):
+        return a.index
+    if isinstance(a, Group):
+        return (a.poly,)
+    if isinstance(a, Fold):
+        return (a.extent, a.body)
+    if isinstance(a, Fn):
+        return a.args
+    return ()
+
+
+def _replace(p: Poly, free: str, target: Atom, value: Poly) -> Poly:
+    """p with the atom `target` (wherever it occurs, in atoms that depend on `free`) replaced by
+    `value`, re-normalised through the constructors."""
+    total = ZERO
+    for m, c in p.terms:
+        term = Poly.const(c)
+        for a, e in m:
+            if a == target:
+                v = value
+            elif free in a.free and not isinstance(a, Var):
+                v = rebuild(a, lambda q: _replace(q, free, target, value), {})
+            else:
+                v = Poly.atom(a)
+            term = term * v ** e
+        total = total + term
+    return total
+
+
+def _at_least_one(p: Poly) -> bool:
+    """p >= 1 for every size >= 1: its terms other than the constant are non-negative multiples of
+    sizes, so p is smallest with every size 1."""
+    at_one = Fraction(0)
+    for m, c in p.terms:
+        if m and (c < 0 or not all(isinstance(a, Var) and a.kind == "dim" and e > 0 for a, e in m)):
+            return False
+        at_one += c
+    return at_one >= 1
 
 
 def _fold_atom(combine: str, extent: Poly, binder: Var, body: Poly, swap: bool = True) -> Poly:
