@@ -70,7 +70,7 @@ def report(results: dict, command: str) -> str:
         e2e = f"{found[1]} ({found[2]})" if found else "-"
         lines.append(f"| {fw} | {cfg} | {sum(s['kind'] == 'kernel' for s in steps)} | "
                      f"{sum(s['kind'] == 'relayout' for s in steps)} | {r['best']['latency_ns'] / 1e3:.1f} | "
-                     f"{r['baseline']['latency_ns'] / 1e3:.1f} | {r['baseline']['speedup']:.2f}x | "
+                     f"{_us(r['baseline']['latency_ns'])} | {_times(r['baseline']['speedup'])} | "
                      f"{r['best']['roofline_fraction']:.0%} | {e2e} | {r['wall_s']} |")
     lines += ["", "Configurations: " + "; ".join(f"{k}: {v}" for k, v in CONFIGS.items()), ""]
     for (fw, cfg), r in results.items():
@@ -82,9 +82,17 @@ def report(results: dict, command: str) -> str:
             what = (f"{s['result']['best']['roofline_fraction']:.0%} of its roofline, {s['result']['best']['fusion']} "
                     f"passes" if s["kind"] == "kernel" else f"{s['inputs'][0][0]}{tuple(s['inputs'][0][1])}")
             lines.append(f"| {s['name']} | {s['kind']} | {s['latency_ns'] / 1e3:.1f} | "
-                         f"{s['baseline_latency_ns'] / 1e3:.1f} | {what} |")
+                         f"{_us(s['baseline_latency_ns'])} | {what} |")
         lines += ["", f"Check: {r['best']['check']}", ""]
     return "\n".join(lines)
+
+
+def _us(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e3:.1f}"  # null: a direct lowering with no latency
+
+
+def _times(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
 
 
 def main() -> None:

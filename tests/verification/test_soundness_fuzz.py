@@ -18,6 +18,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from axon.verification import Verifier
@@ -42,6 +43,10 @@ MIN_SOUND_PROVED = 0.75  # measured: 87-96% of distinct sound pairs prove (bench
 LIMIT_S = 15            # a verifier call running longer is stopped and counted as "timeout" (not a proof)
 
 
+# The per-example limit is a SIGALRM; one that lands inside a garbage-collector callback (hypothesis
+# installs one) is swallowed there and reported as "unraisable". The interval timer raises it again
+# a second later (fuzzgen.run_pair), so the limit holds; the lost first alarm is not a failure.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_fuzzed_rewrites_are_never_proved_false_and_sound_ones_prove():
     verifier = Verifier()
     counts: collections.Counter = collections.Counter()
