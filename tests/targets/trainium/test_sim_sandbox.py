@@ -148,3 +148,21 @@ def test_selection_skips_a_hanging_candidate_and_ranks_the_rest(monkeypatch):
     assert time.monotonic() - start < 5
     assert out[0][0] is good and out[0][1].latency_ns < float("inf")
     assert out[1][0] is slow and "wall-clock limit" in out[1][1].error
+
+
+HUGE_SCRATCH = body("""s = nl.ndarray((64, 2**28), dtype=nl.float32, buffer=nl.shared_hbm)
+t = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.sbuf)
+nisa.dma_copy(dst=t, src=x)
+nisa.dma_copy(dst=s[0:64, 0:4], src=t[0:64, 0:4])
+return x""")
+
+
+def test_a_timing_only_run_maps_but_never_touches_a_huge_hbm_scratch():
+    """64 GiB of HBM scratch under a 500 MB limit: a timing-only run moves no data, so the tensor's
+    address space is let past the limit while it lives; a run with data still meets the limit."""
+    from axon.targets.trainium.runner import InputSpec
+
+    report = run(HUGE_SCRATCH, {"x": InputSpec((128, 4), "float32")}, timing_only=True, memory_mb=500)
+    assert report.estimate.latency_ns > 0
+    message, _ = failing(HUGE_SCRATCH, memory_mb=500)
+    assert "500 MB memory limit" in message and "MemoryError" in message

@@ -30,7 +30,7 @@ from . import dtypes
 from .context import SimContext
 from .liveness import account
 from .loader import Jit, execute
-from .memory import Tile, wrap_array
+from .memory import Tile, untouched, wrap_array
 from .spmd import Programs
 
 __all__ = ["Kernel", "KernelValue", "ShapeDtype", "SimResult", "load_kernel", "simulate", "simulate_source"]
@@ -248,7 +248,7 @@ def _hbm_input(ctx, name, value, timing_only, namespace):
     if isinstance(value, ShapeDtype):
         if not timing_only:
             raise InputError(f"input {name!r} has no data; ShapeDtype inputs need timing_only=True")
-        return wrap_array(ctx, np.empty(tuple(value.shape), dtype=dtypes.to_dtype(value.dtype)), name)
+        return wrap_array(ctx, untouched(tuple(value.shape), dtypes.to_dtype(value.dtype)), name)
     if isinstance(value, KernelValue):
         return value.resolve(namespace)
     if isinstance(value, np.ndarray):

@@ -17,6 +17,9 @@ Invariants:
 from __future__ import annotations
 
 import math
+import mmap
+import sys
+import weakref
 
 import numpy as np
 
@@ -67,12 +70,45 @@ class Buffer:
 
 def _fresh(shape, dtype, timing_only):
     if timing_only:
-        return np.empty(shape, dtype=dtype)
+        return untouched(shape, dtype)
     if dtypes.is_float(dtype):
         return np.full(shape, np.nan, dtype=dtype)
     a = np.empty(shape, dtype=dtype)
     a.view(np.uint8)[...] = _GARBAGE_INT
     return a
+
+
+UNTOUCHED_MIN = 64 << 20  # smaller arrays simply count against the memory limit
+
+
+def untouched(shape, dtype) -> np.ndarray:
+    """An array whose values a timing-only run never reads or writes: a large one's address space
+    is let past the sandbox's memory limit (sandbox.reserve_untouched) while it lives."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes < UNTOUCHED_MIN:
+        return np.empty(shape, dtype=dtype)
+    from .sandbox import reserve_untouched
+
+    give_back = reserve_untouched(nbytes)
+    try:
+        array = _mapped(nbytes, dtype).reshape(shape)
+    except (MemoryError, OSError):
+        give_back()
+        raise MemoryError(f"cannot map {nbytes / 2**30:.1f} GiB for an array of shape {tuple(shape)}") from None
+    weakref.finalize(array, give_back)
+    return array
+
+
+# Linux's MAP_NORESERVE (Python 3.11's mmap does not name it): no swap is reserved for the mapping,
+# so the kernel's overcommit heuristic does not refuse one larger than memory that is never touched
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
+
+
+def _mapped(nbytes: int, dtype) -> np.ndarray:
+    if not hasattr(mmap, "MAP_ANONYMOUS"):
+        return np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
+    return np.frombuffer(region, dtype=dtype)
 
 
 class Tile:

@@ -12,7 +12,9 @@ pickled back through a pipe:
 - CPU time: RLIMIT_CPU (default `timeout_s` times the usable CPUs, the backstop for a child whose
   parent died; the child also dies with its parent where prctl exists);
 - memory: RLIMIT_AS, the child's address space at the fork plus `memory_mb` (numpy and Python
-  allocations past it raise MemoryError, reported as the limit);
+  allocations past it raise MemoryError, reported as the limit). A timing-only run moves no data,
+  so the HBM tensors it declares are never touched: `reserve_untouched` lets their address space
+  past the limit (up to UNTOUCHED_MAX more), and gives it back when the array goes;
 - exit: the child's answer is one explicit message; a child that exits without one (`os._exit`,
   a signal) or raises SystemExit is a `KernelError`, never a success.
 
@@ -32,10 +34,12 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Callable
 
 from axon.errors import AxonError, KernelError
 
 DEFAULT_TIMEOUT_S = 600.0
+UNTOUCHED_MAX = 1 << 40  # address space (not memory) a child may map for arrays it never touches
 _OK, _ERR = "axon-sandbox-ok", "axon-sandbox-error"
 
 
@@ -113,7 +117,7 @@ def _limit_child(lim: Limits, path: str) -> None:
     base = _vm_bytes()
     if base is not None:
         cap = base + int(lim.memory_mb * 2**20)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap + UNTOUCHED_MAX))
 
     def alarm(signum, frame):
         raise _Timeout(f"kernel did not finish within the {lim.timeout_s:g} s wall-clock limit (infinite loop?)")
@@ -123,6 +127,23 @@ def _limit_child(lim: Limits, path: str) -> None:
     signal.setitimer(signal.ITIMER_REAL, lim.timeout_s)
 
 
+def reserve_untouched(nbytes: int) -> Callable[[], None]:
+    """Raise the address-space limit by `nbytes` for an array that will never be read or written
+    (pages never touched are address space, not memory); returns what gives it back. Outside a
+    sandboxed child, or past UNTOUCHED_MAX, nothing changes (the allocation meets the limit)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft + nbytes > hard:
+        return lambda: None
+    resource.setrlimit(resource.RLIMIT_AS, (soft + nbytes, hard))
+
+    def give_back() -> None:
+        now, top = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (max(now - nbytes, 0), top))
+    return give_back
+
+
 def _error_message(exc: BaseException, label: str, path: str | None, lim: Limits):
     """What the child sends for a failure: an AxonError to raise as it is, or (type name, text,
     traceback text) for a bug outside the kernel."""
@@ -130,7 +151,7 @@ def _error_message(exc: BaseException, label: str, path: str | None, lim: Limits
 
     line = _locate(exc, path) if path else None
     where = f"{path}:{line}" if line is not None else label
-    if isinstance(exc, MemoryError) or (isinstance(exc, KernelError) and str(exc).endswith("MemoryError")):
+    if isinstance(exc, MemoryError) or (isinstance(exc, KernelError) and ": MemoryError" in str(exc)):
         text = str(exc) if isinstance(exc, KernelError) else f"{where}: MemoryError"
         return KernelError(f"{text} (over the {lim.memory_mb:g} MB memory limit)")
     if isinstance(exc, AxonError):
