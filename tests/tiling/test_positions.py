@@ -178,17 +178,22 @@ def test_a_window_of_rows_computes_those_rows_of_the_whole_program(cmp, row_scal
     assert np.array_equal(part, whole[rows])
 
 
-def test_a_causal_search_checked_on_some_row_blocks_finds_a_correct_kernel(monkeypatch):
+def test_a_causal_kernel_checked_on_some_row_blocks_passes_against_the_reference_of_those_rows():
     """The check's reference on the checked rows sees each row at its own position: with the rows
-    counted from 0 (and the offset t - s read at the checked length) no correct kernel passed."""
-    import importlib
+    counted from 0 (and the offset t - s read at the checked length) every correct kernel failed."""
+    from axon.search.candidates import Counts, enumerate_candidates
+    from axon.search.check import CheckedRows, check
+    from axon.search.lowering import Lowerer
+    from axon.suite import SUITE
+    from axon.targets.trainium.target import TrainiumTarget
 
-    optimize_module = importlib.import_module("axon.search.optimize")
-    monkeypatch.setattr(optimize_module, "FULL_CHECK_MACS", 1e8)
-    from axon.search.executor import make_executor
-
-    result = optimize("causal_gqa", {"kv": 1, "g": 2, "s": 1024, "t": 1024, "d": 64}, budget_s=60, variants=2,
-                      executor=make_executor(1))
-    rows = result.checked["rows"]
-    assert rows != "all" and sum(e - s for s, e in rows["ranges"]) < 1024
-    assert result.checked["max_err_over_bound"] <= 1.0
+    target, prog = TrainiumTarget("trn2"), SUITE["causal_gqa"].program
+    sizes = {"kv": 1, "g": 2, "s": 1024, "t": 1024, "d": 64}
+    lowerer = Lowerer(target)
+    cands = enumerate_candidates("causal_gqa", [(prog.graph, ())], sizes, target, "bfloat16", lowerer, Counts())
+    cand = next(c for c in cands if len(c.passes) == 1 and c.passes[0].tiling.row_tile * c.passes[0].tiling.row_block == 256)
+    data = prog.random_inputs(sizes, "bfloat16", seed=5)
+    rows = CheckedRows("s", 1024, 256, ((0, 256), (512, 1024)))
+    result = check(target, "causal_gqa", prog.graph, cand, sizes, "bfloat16", lowerer, data, rows)
+    assert result.ok, result.explain()
+    assert result.worst_ratio <= 1.0
