@@ -1,4 +1,5 @@
 """runner.run: kernels as files or source, inputs as arrays/specs/npz, reference checks."""
+import tempfile
 from pathlib import Path
 
 import ml_dtypes
@@ -32,6 +33,13 @@ def test_source_text_with_arrays_and_a_callable_reference():
     assert report.to_json()["latency_ns"] == report.estimate.latency_ns
     wrong = run(SOURCE, {"x": x}, target="trn2", reference=lambda x: 3 * x)
     assert wrong.reference_ok is False and wrong.max_abs_err == pytest.approx(x.max())
+
+
+def test_source_text_leaves_no_file_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the forked run inherits it
+    x = np.ones((128, 8), np.float32)
+    assert run(SOURCE, {"x": x}, target="trn2", reference=lambda x: 2 * x).reference_ok
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_same_inputs_same_report(tmp_path):
