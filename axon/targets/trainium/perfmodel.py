@@ -69,11 +69,13 @@ event), and the same trace gives the same numbers.
 from __future__ import annotations
 
 import json
+import math
 from bisect import bisect_left
 from heapq import heappop, heappush
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
+from typing import Callable
 
 from axon.errors import ModelError
 from axon.targets.trainium.hardware import (
@@ -125,6 +127,8 @@ class Estimate:
     # Fixed NEFF launch cost (hw.launch_ns): in what a hardware timer of the whole run measures
     # (neuron-profile total_time, nki.benchmark), not in latency_ns, the schedule's own span.
     launch_ns: float = 0.0
+    # estimate(..., busy_of=f): (f(instruction), engine or "dma") -> busy ns, where f is not None
+    busy_by: dict = field(default_factory=dict, repr=False)
 
     @property
     def end_to_end_ns(self) -> float:
@@ -336,12 +340,15 @@ def compiled_away(trace: list[Instruction]) -> tuple[list[Instruction], set[int]
     return trace, zeroings | fused
 
 
-def _hoisted_loads(trace: list[Instruction], skip: set[int], hw: HardwareDescription) -> dict[int, int]:
+def _hoisted_loads(trace: list[Instruction], skip: set[int], hw: HardwareDescription,
+                   cut_loops: dict | None = None) -> dict[int, int]:
     """Loads the compiler hoists (hw.scheduler.hoist_sbuf_fraction): a DMA from an HBM region
     that the trace never writes, of exactly a region loaded before. Hoisting is per load statement
     (source line): in first-load order, a statement's repeatedly loaded regions are kept resident
     if all of them fit in what is left of the SBUF share (else none: the compiler hoists a load
     out of its loop or leaves it); every later load of a resident region is served from SBUF.
+    `cut_loops` (a loop-sampled trace): loop id -> (loop line, full / run iterations); a statement
+    whose regions differ between iterations of a cut loop would hold that many times more.
     Returns {repeat: first load}."""
     written = {w.buffer for ins in trace for w in ins.writes if w.memory is Memory.HBM}
     first: dict[tuple, int] = {}
@@ -366,6 +373,8 @@ def _hoisted_loads(trace: list[Instruction], skip: set[int], hw: HardwareDescrip
     for keys in by_line.values():
         w = [trace[first[k]].writes[0] for k in keys]
         pp = sum(trace[first[k]].dma_bytes / max(r.p_stop - r.p_start, 1) for k, r in zip(keys, w))
+        if cut_loops:
+            pp *= _uncut_share(trace, [first[k] for k in keys], cut_loops)
         if used + pp > budget:
             continue
         used += pp
@@ -373,6 +382,18 @@ def _hoisted_loads(trace: list[Instruction], skip: set[int], hw: HardwareDescrip
             for i in repeats[k]:
                 out[i] = first[k]
     return out
+
+
+def _uncut_share(trace: list[Instruction], loads: list[int], cut_loops: dict) -> float:
+    """How many times more distinct regions the uncut kernel loads than these first `loads`: the
+    product of the scales of the cut loops in whose iterations they differ."""
+    seen: dict[int, set] = {}
+    for i in loads:
+        for loop_id, it, _ in trace[i].extra.get("loops", ()):
+            if loop_id in cut_loops:
+                seen.setdefault(loop_id, set()).add(it)
+    scales = {cut_loops[lid] for lid, its in seen.items() if len(its) > 1}  # (line, scale), once per line
+    return math.prod(scale for _, scale in scales)
 
 
 class _Accesses:
@@ -649,17 +670,30 @@ def _choose(eng: _Engine, now: float, needs: list, port_free: list, scan: int, l
     return chosen
 
 
-def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule: bool = False) -> Estimate:
+def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule: bool = False,
+             cut_loops: dict | None = None, busy_of: Callable[[Instruction], object] | None = None) -> Estimate:
+    """The schedule of `trace` on `hw`; `cut_loops` for a loop-sampled trace (sampled_timing.py),
+    as `_hoisted_loads` reads it; `busy_of` names the share of busy time an instruction counts
+    towards (`Estimate.busy_by`; None: none)."""
     with cyclic_gc_paused():
-        return _estimate(trace, hw, keep_schedule)
+        return _estimate(trace, hw, keep_schedule, cut_loops, busy_of)
 
 
-def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: bool) -> Estimate:
+def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: bool,
+              cut_loops: dict | None = None, busy_of: Callable | None = None) -> Estimate:
     dma = hw.dma
     lookahead = hw.scheduler.affine_lookahead
     scan = hw.scheduler.candidate_limit
     busy = {e.value: 0.0 for e in COMPUTE_ENGINES}
     busy["dma"] = 0.0
+    busy_by: dict = {}
+
+    def charge(i: int, engine: str, ns: float) -> None:
+        busy[engine] += ns
+        key = busy_of(trace[i]) if busy_of else None
+        if key is not None:
+            busy_by[key, engine] = busy_by.get((key, engine), 0.0) + ns
+
     ns_per_cycle = {e: 1.0 / hw.engines[e].clock_ghz for e in COMPUTE_ENGINES}
     lanes = [0.0] * dma.queues
     issue = _Bandwidth()
@@ -678,7 +712,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     trace, fused = _fused_activation_reduces(trace, zeroings)
     folded = zeroings | fused
     preds, raws = _dependencies(trace, folded)
-    hoisted = _hoisted_loads(trace, folded, hw)
+    hoisted = _hoisted_loads(trace, folded, hw, cut_loops)
     for i, j in hoisted.items():  # served from the resident copy: after the load that made it
         if j not in preds[i]:
             preds[i] = preds[i] + (j,)
@@ -724,7 +758,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         engines_used = min(dma.engines, max(ins.partitions, 1))
         if engines_used < dma.engines:  # few partitions: only that many engines move data
             end = max(end, issued + data_ns * dma.engines / engines_used)
-        busy["dma"] += data_ns
+        charge(i, "dma", data_ns)
         dma_bytes += ins.dma_bytes
         # Display lane only: the first queue lane free at `start`, else the earliest-free one.
         q = next((k for k, t in enumerate(lanes) if t <= start), None)
@@ -773,7 +807,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
             eng.start(i, lookahead)
             for q in needs[i]:
                 port_free[q] = end
-            busy[e.value] += dur
+            charge(i, e.value, dur)
             charged_flops += matmul_flops(ins)
             finish(i, now, end, COMPUTE_ENGINES.index(e))
 
@@ -843,6 +877,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         uncosted_opcodes=tuple(sorted(uncosted)),
         schedule=schedule,
         launch_ns=hw.launch_ns,
+        busy_by=busy_by,
     )
 
 

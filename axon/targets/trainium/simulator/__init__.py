@@ -31,9 +31,11 @@ from .context import SimContext
 from .liveness import account
 from .loader import Jit, execute
 from .memory import Tile, untouched, wrap_array
+from .sampling import LoopSampling
 from .spmd import Programs
 
-__all__ = ["Kernel", "KernelValue", "ShapeDtype", "SimResult", "load_kernel", "simulate", "simulate_source"]
+__all__ = ["Kernel", "KernelValue", "LoopSampling", "ShapeDtype", "SimResult", "load_kernel", "load_source",
+           "simulate", "simulate_source"]
 
 
 @dataclass(frozen=True)
@@ -157,10 +159,11 @@ def load_kernel(path: str, function: str | None = None) -> Kernel:
             source = f.read()
     except OSError as e:
         raise InputError(f"cannot read kernel file {path}: {e.strerror}") from None
-    return _load(source, os.path.abspath(path), function)
+    return load_source(source, os.path.abspath(path), function)
 
 
-def _load(source: str, path: str, function: str | None) -> Kernel:
+def load_source(source: str, path: str = "<kernel>", function: str | None = None) -> Kernel:
+    """Load a kernel from source text; `path` names it in errors."""
     code = _compile(source, path)
     from axon.targets.trainium.hardware import TRN2
 
@@ -298,7 +301,8 @@ def _to_output(value, where="", partial=False):
 def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "trn2",
              timing_only: bool = False, max_instructions: int = 5_000_000,
              time_limit_s: float | None = None, partial: bool = False, grid: tuple | None = None,
-             strict_capacity: bool = False, strict_api: bool = False) -> SimResult:
+             strict_capacity: bool = False, strict_api: bool = False,
+             sampling: LoopSampling | None = None) -> SimResult:
     """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value);
     `partial` as in `_to_output`. `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
     each runs in turn with its own `nl.program_id` (switching at `nisa.core_barrier`, spmd.py),
@@ -309,7 +313,8 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     without it (kernels written by users) the excess is spilled to HBM by DMAs in the trace.
     `strict_api` (Axon's own kernels): every current-API nki.isa call is held to the documented
     API of nki_api.NKI_VERSION (arguments, engines, memories, dtypes), as `axon simulate --lint`
-    checks it in the source; kernels written by users run with what the simulator accepts."""
+    checks it in the source; kernels written by users run with what the simulator accepts.
+    `sampling` (timing-only runs): long loops run only their first iterations (sampling.py)."""
     hw = get_target(target) if isinstance(target, str) else target
     grid = _check_grid(grid)
     missing = [p for p in kernel.params if p not in inputs and p not in kernel.defaults]
@@ -320,6 +325,10 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
         raise InputError(f"kernel {kernel.name} has no parameter(s): {', '.join(extra)}")
     ctx = SimContext(hw, kernel.path, timing_only, max_instructions)
     ctx.grid, ctx.strict_api = grid, strict_api
+    if sampling is not None:
+        if not timing_only:
+            raise ValueError("loop sampling is for timing-only runs: a sampled run computes no outputs")
+        ctx.sampling = sampling
 
     def run():
         ns = execute(kernel.code, kernel.path, ctx)
@@ -373,5 +382,5 @@ def _shapes(value):
 def simulate_source(source: str, function: str | None = None, inputs: dict | None = None,
                     path: str = "<kernel>", **options) -> SimResult:
     """Load a kernel from a source string and simulate it (convenient in tests)."""
-    kernel = _load(source, path, function)
+    kernel = load_source(source, path, function)
     return simulate(kernel, inputs or {}, **options)

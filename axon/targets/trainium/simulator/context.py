@@ -38,6 +38,7 @@ class SimContext:
         self.holds_earlier_data: set[int] = set()  # buffers placed over an earlier one's data
         self.masked_off = False  # the running instruction's mask is off everywhere: it reads nothing
         self.strict_api = False  # current-API calls held to the documented API (nki_api.py)
+        self.sampling = None  # sampling.LoopSampling: timing-only runs that cut long loops short
 
     # ----- ids and lines -----------------------------------------------------------------
     def new_buffer_id(self) -> int:
@@ -99,9 +100,14 @@ class SimContext:
     def loop(self, iterable, sequential: bool, kind: str):
         loop_id = self.new_loop_id()
         outer = self.loop_path
+        sampled = self.sampling.start(self.line(), len(iterable), len(self.trace), loop_id) if self.sampling else None
         try:
             for i, value in enumerate(iterable):
+                if sampled is not None and not sampled.goes_on(i, len(self.trace)):
+                    break
                 self.loop_path = outer + ((loop_id, i, sequential),)
                 yield value
         finally:
             self.loop_path = outer
+            if sampled is not None:
+                sampled.end()

@@ -1,0 +1,148 @@
+"""Timing-only latency from loop samples: the performance model on traces whose long loops ran
+only their first iterations (simulator/sampling.py), extended loop by loop:
+
+    T = T(cut) + sum over cut loops L of skipped(L) x scale(L) x (T(L one longer) - T(cut)) / cut(L)
+
+where skipped(L) counts the iterations of L that did not run, cut(L) its instances cut short, and
+scale(L) the product, over the cut loops around L, of (iterations in full) / (iterations run):
+the instances of L inside the skipped iterations of an outer loop. T(L one longer) runs L one
+iteration longer in each of its instances. Loops with the same multiple skipped(L) x scale(L) /
+cut(L), none inside another, share that run (the kernel runs all of them one longer; what they
+add is summed): a causal kernel's copies of one loop nest, one per run of row blocks, cost one
+run, not one each. So the cost is one simulation and estimate of the cut kernel and one more per
+group of cut loop statements: it grows with the kernel's distinct loop bodies, not its iteration
+counts. Where no loop is long enough to cut, the first run is the whole kernel and its latency is
+the full path's, exactly.
+
+The extension is linear, so it holds only where one more iteration costs what every later one
+will. Over many iterations, one costs at least the busy time it adds to its busiest engine (or to
+the DMA bandwidth; the model's `busy_by` counts the extra iterations' instructions): the extension
+per iteration is the larger of that and what the longer run added (more where a dependency chain
+runs through the iterations). A longer run that added much less than that busy time (under TRUST
+of it, summed over the group's loops) shows an iteration hidden behind work outside the loop that
+does not grow with it (a matmul loop cut to two iterations behind the weight loads of its block):
+at full length the loop bounds the time instead, so the extension would be wrong. A group that
+fails is timed again loop by loop; a single loop that fails runs whole, and every decision is
+taken again (cutting it later does not help: the hidden share shrinks only as the cut approaches
+the loop's length).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from axon.targets.trainium.hardware import HardwareDescription
+from axon.targets.trainium.perfmodel import estimate
+from axon.targets.trainium.simulator import LoopSampling, simulate
+
+KEEP = 2  # iterations a cut loop runs; the extension is the time of one more
+TRUST = 0.9  # a longer run must add this share of the busy time it adds to its busiest engine
+SAVING = 0.5  # sample only where the runs issue at most this share of the whole kernel's instructions
+
+
+@dataclass(frozen=True)
+class SampledLatency:
+    latency_ns: float
+    work: int  # instructions simulated over all the runs
+    exact: bool  # no loop was cut: the full path's latency
+    loops: dict  # kernel line of a cut loop -> (iterations skipped in all, instances cut, ns one iteration adds)
+
+
+def _cut_loops(cut: LoopSampling) -> dict:
+    """Loop id -> (line, full / run iterations) of the loop instances a run cut: the performance
+    model sizes what it keeps resident by the uncut kernel (perfmodel._hoisted_loads)."""
+    scale = {line: (cut.ran[line] + cut.skipped[line]) / cut.ran[line] for line in cut.cut}
+    return {lid: (line, scale[line]) for lid, line in cut.line_of.items() if line in scale}
+
+
+def _multiple(cut: LoopSampling, line: int) -> Fraction:
+    """Iterations the full kernel runs beyond the cut one, per instance of loop `line` cut short:
+    skipped(L) x scale(L) / cut(L) (the module docstring), exactly."""
+    scale = Fraction(1)
+    for outer in cut.around[line]:
+        if outer in cut.cut:
+            scale *= Fraction(cut.ran[outer] + cut.skipped[outer], cut.ran[outer])
+    return cut.skipped[line] * scale / cut.cut[line]
+
+
+def _groups(cut: LoopSampling) -> list[tuple[int, ...]]:
+    """The cut loop statements, in groups that one longer run times together: loops with the same
+    multiple, none inside another (a kernel emitted once per run of row blocks repeats one loop
+    nest per run: its copies share one run instead of one each)."""
+    groups: list[list[int]] = []
+    for line in sorted(cut.cut):
+        m = _multiple(cut, line)
+        home = next((g for g in groups if _multiple(cut, g[0]) == m
+                     and all(o not in cut.around[line] and line not in cut.around[o] for o in g)), None)
+        if home is None:
+            groups.append([line])
+        else:
+            home.append(line)
+    return [tuple(g) for g in groups]
+
+
+def _uncut_instructions(trace: list, cut_loops: dict) -> float:
+    """The instructions the uncut kernel would issue: each of the cut trace's counts once per
+    iteration its cut loops would run in full."""
+    total = 0.0
+    for ins in trace:
+        total += math.prod(cut_loops[lid][1] for lid, _, _ in ins.extra.get("loops", ()) if lid in cut_loops)
+    return total
+
+
+def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = KEEP,
+                    **sim_options) -> SampledLatency:
+    """The latency of `kernel` on `inputs` (shapes) as the full timing-only path estimates it,
+    from runs that cut long loops after `keep` iterations; the whole kernel where that would
+    not save much (many groups of cut loops, each a run)."""
+    work = 0
+
+    def timed(sampling: LoopSampling | None, busy_of=None):
+        nonlocal work
+        res = simulate(kernel, inputs, target=hw, timing_only=True, sampling=sampling, **sim_options)
+        work += len(res.trace)
+        cut_loops = _cut_loops(sampling) if sampling else {}
+        return estimate(res.trace, hw, cut_loops=cut_loops, busy_of=busy_of), res.trace, cut_loops
+
+    whole: dict = {}  # loops whose extension was not trusted: they run whole
+    while True:
+        cut = LoopSampling(keep, decided=dict(whole))
+        (base, trace, cut_loops) = timed(cut)
+        if not cut.cut:
+            return SampledLatency(base.latency_ns, work, True, {})
+        todo = _groups(cut)
+        if (1 + len(todo)) * len(trace) > SAVING * _uncut_instructions(trace, cut_loops):
+            break
+        latency, loops, untrusted = base.latency_ns, {}, []
+        while todo:
+            group = todo.pop(0)
+            longer = cut.follow(group)
+            est = timed(longer, busy_of=lambda ins: _extra_iteration(ins, longer, keep))[0]
+            added = est.latency_ns - base.latency_ns
+            # each loop's extra iterations keep at least its busiest engine (or the DMA bandwidth) busy
+            busiest = sum(max((ns for (line, _), ns in est.busy_by.items() if line == g), default=0.0)
+                          for g in group)
+            if added < TRUST * busiest:
+                if len(group) > 1:  # one of them may be hidden behind other work: each on its own
+                    todo[:0] = [(line,) for line in group]
+                else:
+                    untrusted.append(group[0])
+                continue
+            m = _multiple(cut, group[0])
+            latency += float(m) * max(added, busiest)
+            instances = sum(cut.cut[g] for g in group)
+            for g in group:
+                loops[g] = (float(cut.cut[g] * m), cut.cut[g], max(added, busiest) / instances)
+        if not untrusted:
+            return SampledLatency(latency, work, False, loops)
+        whole.update(dict.fromkeys(untrusted, False))
+    return SampledLatency(timed(None)[0].latency_ns, work, True, {})
+
+
+def _extra_iteration(ins, sampling: LoopSampling, keep: int):
+    """The line of the longer loop whose extra iteration (iteration `keep`) issued `ins`, or None."""
+    for loop_id, i, _ in ins.extra.get("loops", ()):
+        if i == keep and sampling.line_of.get(loop_id) in sampling.longer:
+            return sampling.line_of[loop_id]
+    return None

@@ -1,0 +1,168 @@
+"""Loop-sampled timing (sampled_timing.py, simulator/sampling.py): long loops cut after two
+iterations and extended give the full timing-only path's latency, for a fraction of the
+instructions; an extension the schedule does not bear out is refused and the loop runs whole."""
+import textwrap
+
+import pytest
+
+from axon.targets.trainium import perfmodel, sampled_timing
+from axon.targets.trainium.hardware import get_target
+from axon.targets.trainium.perfmodel import estimate
+from axon.targets.trainium.sampled_timing import sampled_latency
+from axon.targets.trainium.simulator import LoopSampling, ShapeDtype, load_source, simulate, simulate_source
+
+NEW = "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n"
+HW = get_target("trn2")
+
+
+def matmul_pass(out: str) -> str:
+    """16 output tiles of `out`, each the sum of 16 matmuls over loaded tiles: TensorE and DMA
+    bound per tile."""
+    return textwrap.indent(textwrap.dedent(f"""
+        for i_n in nl.affine_range(16):
+            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for i_k in nl.affine_range(16):
+                a = nl.ndarray((128, 128), dtype=xT.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=xT[nl.ds(i_k * 128, 128), 0:128])
+                b = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=b, src=w[nl.ds(i_k * 128, 128), nl.ds(i_n * 512, 512)])
+                nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+            o = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=o, src=acc)
+            nisa.dma_copy(dst={out}[0:128, nl.ds(i_n * 512, 512)], src=o)
+        """), "    ")
+
+
+def hbm_out(name: str) -> str:
+    return f"    {name} = nl.ndarray((128, 8192), dtype=w.dtype, buffer=nl.shared_hbm)\n"
+
+
+MATMUL = NEW + "@nki.jit\ndef mm(xT, w):\n" + hbm_out("out") + matmul_pass("out") + "    return out\n"
+# the same pass twice, one after the other: two loop statements cut alike
+TWO_PASSES = (NEW + "@nki.jit\ndef mm(xT, w):\n" + hbm_out("out") + hbm_out("out2") + matmul_pass("out")
+              + matmul_pass("out2") + "    return out, out2\n")
+MATMUL_IN = {"xT": ShapeDtype((2048, 128), "bfloat16"), "w": ShapeDtype((2048, 8192), "bfloat16")}
+
+# per block: 32 weight loads, then 16 row tiles of 64 matmuls each; two row tiles hide behind the
+# block's loads, sixteen do not (a cut loop whose extension the schedule refuses)
+HIDDEN = NEW + textwrap.dedent("""
+@nki.jit
+def mm(xT, w):
+    out = nl.ndarray((2048, 4096), dtype=w.dtype, buffer=nl.shared_hbm)
+    lhsT = nl.ndarray((128, 65536), dtype=xT.dtype, buffer=nl.sbuf)
+    for i_kt in nl.affine_range(32):
+        nisa.dma_copy(dst=lhsT[0:128, nl.ds(i_kt * 2048, 2048)], src=xT[nl.ds(i_kt * 128, 128), 0:2048])
+    for i_nb in nl.affine_range(4):
+        w1 = nl.ndarray((128, 32768), dtype=w.dtype, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(32):
+            nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 1024, 1024)],
+                          src=w[nl.ds(i_kt * 128, 128), nl.ds(i_nb * 1024, 1024)])
+        for i_r in nl.affine_range(16):
+            o = nl.ndarray((128, 1024), dtype=w.dtype, buffer=nl.sbuf)
+            for i_nt in nl.affine_range(2):
+                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(32):
+                    nisa.nc_matmul(dst=acc, stationary=lhsT[0:128, nl.ds(i_kt * 2048 + i_r * 128, 128)],
+                                   moving=w1[0:128, nl.ds(i_kt * 1024 + i_nt * 512, 512)])
+                nisa.tensor_copy(dst=o[0:128, nl.ds(i_nt * 512, 512)], src=acc)
+            nisa.dma_copy(dst=out[nl.ds(i_r * 128, 128), nl.ds(i_nb * 1024, 1024)], src=o)
+    return out
+""")
+HIDDEN_IN = {"xT": ShapeDtype((4096, 2048), "bfloat16"), "w": ShapeDtype((4096, 4096), "bfloat16")}
+
+# two passes over the same 16 x 32 weight tiles (128 KiB per partition: more than the model keeps
+# resident, so the second pass loads them again); cut to 2 x 32 tiles they would fit
+REREAD = NEW + textwrap.dedent("""
+@nki.jit
+def reread(w):
+    out = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.shared_hbm)
+    for r in nl.affine_range(2):
+        for i_n in nl.affine_range(16):
+            t = nl.ndarray((128, 4096), dtype=w.dtype, buffer=nl.sbuf)
+            for j in nl.affine_range(32):
+                nisa.dma_copy(dst=t[0:128, nl.ds(j * 128, 128)], src=w[0:128, nl.ds((i_n * 32 + j) * 128, 128)])
+            o = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=o, src=t[0:128, 0:512])
+            nisa.dma_copy(dst=out, src=o)
+    return out
+""")
+REREAD_IN = {"w": ShapeDtype((128, 65536), "bfloat16")}
+
+
+def full_latency(source, inputs):
+    sim = simulate_source(source, None, inputs, target="trn2", timing_only=True)
+    return estimate(sim.trace, HW).latency_ns, len(sim.trace)
+
+
+def test_a_long_loop_is_cut_and_extended_to_the_full_latency():
+    full, issued = full_latency(MATMUL, MATMUL_IN)
+    got = sampled_latency(load_source(MATMUL, "<mm>", None), MATMUL_IN, HW)
+    assert not got.exact and len(got.loops) == 1
+    (skipped, instances, _), = got.loops.values()
+    assert (skipped, instances) == (14, 1)  # 16 iterations, 2 run, in the loop's one instance
+    assert got.latency_ns == pytest.approx(full, rel=0.01)
+    assert got.work < issued / 2
+
+
+def test_the_cut_run_runs_two_iterations_of_the_long_loop_only():
+    cut = LoopSampling(2)
+    sim = simulate_source(MATMUL, None, MATMUL_IN, target="trn2", timing_only=True, sampling=cut)
+    matmuls = [i for i in sim.trace if i.opcode == "nc_matmul"]
+    assert len(matmuls) == 2 * 16  # the inner 16-matmul loop (3 instructions a turn) is never cut
+    assert list(cut.cut.values()) == [1] and list(cut.skipped.values()) == [14]
+
+
+def test_a_kernel_without_long_loops_is_timed_whole_and_exactly():
+    full, _ = full_latency(REREAD.replace("range(16)", "range(4)"), REREAD_IN)
+    got = sampled_latency(load_source(REREAD.replace("range(16)", "range(4)"), "<r>", None), REREAD_IN, HW)
+    assert got.exact and got.latency_ns == full
+
+
+def test_an_extension_hidden_behind_other_work_is_refused_and_the_loop_runs_whole(monkeypatch):
+    full, _ = full_latency(HIDDEN, HIDDEN_IN)
+    kernel = load_source(HIDDEN, "<h>", None)
+    got = sampled_latency(kernel, HIDDEN_IN, HW)
+    assert got.latency_ns == pytest.approx(full, rel=1e-9) and got.loops == {}
+    monkeypatch.setattr(sampled_timing, "TRUST", 0.0)  # trusting it anyway is off
+    trusted = sampled_latency(kernel, HIDDEN_IN, HW)
+    assert trusted.loops and trusted.latency_ns != pytest.approx(full, rel=0.015)
+
+
+def test_what_the_model_keeps_resident_is_sized_by_the_uncut_kernel(monkeypatch):
+    full, _ = full_latency(REREAD, REREAD_IN)
+    kernel = load_source(REREAD, "<r>", None)
+    got = sampled_latency(kernel, REREAD_IN, HW)
+    assert not got.exact and got.latency_ns == pytest.approx(full, rel=0.02)
+    monkeypatch.setattr(perfmodel, "_uncut_share", lambda *a: 1.0)  # sized by the cut trace instead
+    monkeypatch.setattr(sampled_timing, "TRUST", 0.0)
+    assert sampled_latency(kernel, REREAD_IN, HW).latency_ns < 0.8 * full
+
+
+def test_sampling_is_refused_for_a_run_with_data():
+    with pytest.raises(ValueError, match="timing-only"):
+        simulate(load_source(MATMUL, "<mm>", None), MATMUL_IN, target="trn2", sampling=LoopSampling())
+
+
+def test_loops_cut_alike_one_after_the_other_share_one_longer_run():
+    full, _ = full_latency(TWO_PASSES, MATMUL_IN)
+    cut = LoopSampling(2)
+    trace = simulate_source(TWO_PASSES, None, MATMUL_IN, target="trn2", timing_only=True, sampling=cut).trace
+    assert len(cut.cut) == 2 and sampled_timing._groups(cut) == [tuple(sorted(cut.cut))]
+    got = sampled_latency(load_source(TWO_PASSES, "<two>", None), MATMUL_IN, HW)
+    assert len(got.loops) == 2 and got.latency_ns == pytest.approx(full, rel=0.01)
+    # the cut run, then one run with both loops one iteration longer (3 of 16 turns instead of 2)
+    assert got.work == len(trace) + len(trace) * 3 // 2
+
+
+def test_loops_inside_one_another_are_never_grouped():
+    cut = LoopSampling(2, min_body=3)  # the 16-matmul loop is cut too, inside the cut i_n loop
+    simulate_source(MATMUL, None, MATMUL_IN, target="trn2", timing_only=True, sampling=cut)
+    assert len(cut.cut) == 2 and len(sampled_timing._groups(cut)) == 2
+
+
+def test_busy_time_is_shared_out_as_asked():
+    trace = simulate_source(MATMUL, None, MATMUL_IN, target="trn2", timing_only=True).trace
+    est = estimate(trace, HW, busy_of=lambda ins: ins.opcode)
+    for engine, busy in est.engine_busy_ns.items():
+        assert sum(ns for (_, e), ns in est.busy_by.items() if e == engine) == pytest.approx(busy)
+    assert {op for op, _ in est.busy_by} == {i.opcode for i in trace}
