@@ -2,7 +2,8 @@
 
 Selection hands an executor a *timing task* (a target, a kernel's source, its input shapes) and
 later asks for the outcome; several tasks may be in flight at once. What comes back is the
-target's `Measured` (latency, work, the model's estimate) or the `AxonError` the run raised.
+target's `Measured` (a loop-sampled timing-only latency, sampled_timing.py: whether it is the
+full path's, and the work it cost) or the `AxonError` the run raised.
 
 - `LocalProcesses(n)`: up to n sandboxed simulations at once, each a child forked from this
   process's one thread (`target.run(..., wait=False)`), so a pool needs no start-up and no
@@ -39,13 +40,11 @@ def usable_cpus() -> int:
 class LocalProcesses:
     """Up to `workers` sandboxed timing runs at once on this machine (1: one after another)."""
 
-    keeps_schedule = True  # a run's measurement comes back whole: the winner's trace needs no rerun
-
     def __init__(self, workers: int):
         self.workers = workers
 
-    def submit(self, target, source: str, shapes: dict, keep_schedule: bool = False):
-        return target.run(source, shapes, timing_only=True, keep_schedule=keep_schedule, wait=False)
+    def submit(self, target, source: str, shapes: dict):
+        return target.run(source, shapes, timing_only=True, sampled=True, wait=False)
 
 
 def _remote_timing(target_name: str, source: str, shapes: dict):
@@ -54,10 +53,9 @@ def _remote_timing(target_name: str, source: str, shapes: dict):
 
     target = targets.get(target_name)
     try:
-        m = target.run(source, shapes, timing_only=True)
+        m = target.run(source, shapes, timing_only=True, sampled=True)
     except AxonError as err:
         return target.model_fingerprint(), err
-    m.estimate = None  # the schedule stays on the worker: selection needs the latency and the work
     return target.model_fingerprint(), m
 
 
@@ -82,8 +80,6 @@ class RayCluster:
     """Ray remote calls on the cluster at `address` ("auto": the one this machine belongs to;
     "local": start one here with a CPU per usable core)."""
 
-    keeps_schedule = False  # schedules stay on the workers: the winner's trace is simulated again here
-
     def __init__(self, address: str):
         try:
             import ray
@@ -99,7 +95,7 @@ class RayCluster:
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_timing)
 
-    def submit(self, target, source: str, shapes: dict, keep_schedule: bool = False):
+    def submit(self, target, source: str, shapes: dict):
         return _RayPending(self._ray, self._task.remote(target.name, source, shapes), target.model_fingerprint())
 
 

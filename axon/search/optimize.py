@@ -279,16 +279,16 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     shortlist = cands[:MODEL_SHORTLIST]
     if not base_misfit and not any(c.key == baseline.key for c in shortlist):
         shortlist.append(baseline)
-    say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation)")
-    runs: dict = {} if out_dir is not None else None  # the fastest fresh run, kept for its trace
+    say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation, "
+        "long loops sampled)")
     executor = executor or make_executor()
-    ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, runs=runs, executor=executor)
+    ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, executor=executor)
     spent = sum(t.work for _, t in ranked) / WORK_PER_S  # in budget seconds: the same on any machine
     rest = [c for c in cands[MODEL_SHORTLIST:] if c.key != baseline.key]
     if rest and spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
         say(f"ranking up to {len(rest)} more candidates while it stays cheap (up to {EXTRA_RANK_S - spent:.0f} "
             "budget seconds)")
-        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, runs=runs, executor=executor),
+        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, executor=executor),
                         key=lambda ct: ct[1].latency_ns)
     timed = {c.key: t for c, t in ranked}
     base_t = (Timing(float("inf"), base_misfit) if base_misfit
@@ -320,6 +320,14 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         raise UnsupportedError(f"{prog.name}: no candidate passed the numerical check ({detail})"
                                + (f"; simulation errors: {'; '.join(errs)}" if errs else ""))
     cand, t = winner
+    # reported latencies are the full path's, never extensions of loop samples; the winner's run
+    # keeps its schedule for the trace
+    final = _full_timing(tgt, cand.source, shapes, say) if (out_dir is not None or not t.exact) else None
+    if final is not None:
+        t = Timing(final.latency_ns, work=t.work)
+    if not base_t.exact and not base_t.error:
+        full_base = _full_timing(tgt, baseline.source, shapes, say)
+        base_t = Timing(full_base.latency_ns, work=base_t.work) if full_base else base_t
     t_selection = time.perf_counter() - t1
     rows = check_rows[cand.key]
     result = OptimizeResult(
@@ -351,7 +359,7 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     result.report = _report(result, cand, counts)
     trace = None
     if out_dir is not None:
-        write_outputs(result, tgt, Path(out_dir), shapes, runs.get(cand.source))
+        write_outputs(result, tgt, Path(out_dir), shapes, final)
         trace = Path(result.trace_path).read_bytes() if result.trace_path else None
     cache.put_winner(wkey, prog.graph.pretty(), sizes, dtype, tgt.name, _stored_fields(result), trace)
     say(f"best {result.latency_ns / 1e3:.1f} us ({result.roofline_fraction:.0%} of roofline); baseline "
@@ -448,6 +456,16 @@ def write_launcher(tgt, kernel_path: Path, entry: str, shapes: dict, dtype: str,
     """The launcher beside the kernel file, when the target has one."""
     if hasattr(tgt, "launcher"):
         launcher_path(kernel_path).write_text(tgt.launcher(kernel_path.stem, entry, shapes, dtype, pipeline))
+
+
+def _full_timing(tgt, source: str, shapes: dict, say):
+    """`source` timed on the full timing-only path, its schedule kept (ranking's timing may be
+    extended from loop samples); None, said, if that run fails."""
+    try:
+        return tgt.run(source, shapes, timing_only=True, keep_schedule=True)
+    except AxonError as err:
+        say(f"warning: the full timing run failed ({err}); its latency stays the one extended from loop samples")
+        return None
 
 
 def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, measured=None,

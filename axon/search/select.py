@@ -1,10 +1,13 @@
 """Empirical selection: rank candidates by the performance model, check the best numerically.
 
-1. Every candidate runs once on the simulator in timing-only mode (no arithmetic, shapes only):
-   its instruction trace goes through the performance model. This is the cheap ranking.
+1. Every candidate runs on the simulator in timing-only mode (no arithmetic, shapes only), with
+   its long loops cut short and extended (the target's sampled timing): its instruction trace
+   goes through the performance model. This is the cheap ranking.
 2. In latency order, candidates are run with data (random inputs, full size) and compared with
    the NumPy reference (float64); the first that passes wins. A candidate whose simulation fails
-   or whose numbers disagree is counted and skipped.
+   or whose numbers disagree is counted and skipped. `optimize` then times the winner (and the
+   baseline, where its ranking timing was sampled) on the full path: reported latencies are
+   never extensions.
 
 Tolerances: per element, |out - ref| <= the bound floating-point error analysis gives a correct
 kernel at that element (axon.semantics.bounds: the dtypes, the reduction lengths, the element's
@@ -32,6 +35,7 @@ class Timing:
     latency_ns: float
     error: str = ""
     work: int = 0  # what the run cost in the budget's units (cached with it: a hit costs the same)
+    exact: bool = True  # False: extended from loop samples (sampled_timing.py), not the full path
 
 
 # Ranking budgets count work, not seconds, so the same inputs rank the same candidates on any
@@ -54,19 +58,17 @@ def default_cache() -> KernelDB:
 
 def timing_key(cache: ResultCache, target, source: str, inputs: dict) -> str:
     # the model's fingerprint is in the key: a corrected model never serves an old latency
-    return cache.key("timing", target.name, target.model_fingerprint(), source,
+    return cache.key("sampled timing", target.name, target.model_fingerprint(), source,
                      *(f"{k}{v.shape}{v.dtype}" for k, v in sorted(inputs.items())))
 
 
 class _Timings:
     """The timings of `sources`, taken in order, with up to `executor.workers` fresh runs in flight
-    ahead of the one taken (cached ones are read, not run). With `runs`, a fresh run's measurement,
-    schedule included, is kept there under its source when it is the fastest taken so far: the
-    winner's trace is then written without simulating it again (a Llama-70B kernel takes tens of
-    seconds). Outcomes are used in order only, so the executor never changes what is decided."""
+    ahead of the one taken (cached ones are read, not run). Outcomes are used in order only, so the
+    executor never changes what is decided."""
 
-    def __init__(self, target, sources: list, inputs: dict, cache: ResultCache, runs: Optional[dict], executor):
-        self.target, self.sources, self.inputs, self.cache, self.runs = target, sources, inputs, cache, runs
+    def __init__(self, target, sources: list, inputs: dict, cache: ResultCache, executor):
+        self.target, self.sources, self.inputs, self.cache = target, sources, inputs, cache
         self.executor = executor
         self.started: dict = {}  # index -> (key, Timing) for a cached one, (key, pending run) for a fresh one
         self.next = 0
@@ -78,17 +80,13 @@ class _Timings:
             return got
         try:
             m = got.result()
-            t = Timing(m.latency_ns, work=WORK_PER_RUN + getattr(m, "work", 0))
-            if self.runs is not None and self.executor.keeps_schedule and \
-                    m.latency_ns < min((r.latency_ns for r in self.runs.values()), default=float("inf")):
-                self.runs.clear()
-                self.runs[self.sources[i]] = m
+            t = Timing(m.latency_ns, work=WORK_PER_RUN + getattr(m, "work", 0), exact=getattr(m, "exact", True))
         except ExecutorError:
             raise
         except AxonError as err:
             t = Timing(float("inf"), str(err), WORK_PER_RUN)
         if t.error == "" or "KernelError" not in t.error:
-            self.cache.put(key, {"latency_ns": t.latency_ns, "error": t.error, "work": t.work})
+            self.cache.put(key, {"latency_ns": t.latency_ns, "error": t.error, "work": t.work, "exact": t.exact})
         return t
 
     def cancel(self) -> None:
@@ -107,7 +105,7 @@ class _Timings:
             key = timing_key(self.cache, self.target, source, self.inputs)
             hit = _valid_timing(self.cache.get(key))
             if hit is None:
-                hit = self.executor.submit(self.target, source, self.inputs, keep_schedule=self.runs is not None)
+                hit = self.executor.submit(self.target, source, self.inputs)
                 in_flight += 1
             self.started[self.next] = (key, hit)
             self.next += 1
@@ -118,15 +116,15 @@ def _valid_timing(value) -> Optional[Timing]:
     overwritten) for anything else, a hand-edited or truncated file included."""
     if not isinstance(value, dict) or not isinstance(value.get("error", ""), str):
         return None
-    latency, work = value.get("latency_ns"), value.get("work")
-    if isinstance(latency, bool) or not isinstance(latency, (int, float)):
+    latency, work, exact = value.get("latency_ns"), value.get("work"), value.get("exact")
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not isinstance(exact, bool):
         return None
     if isinstance(work, bool) or not isinstance(work, int) or work < WORK_PER_RUN:
         return None
     error = value.get("error", "")
     ok = math.isfinite(latency) and latency > 0 and not error
     failed = latency == float("inf") and error
-    return Timing(float(latency), error, work) if ok or failed else None
+    return Timing(float(latency), error, work, exact) if ok or failed else None
 
 
 def check_candidate(target, source: str, inputs: dict, expected: tuple, tolerance: Tolerance,
@@ -141,13 +139,12 @@ def check_candidate(target, source: str, inputs: dict, expected: tuple, toleranc
 
 
 def rank(target, candidates: list, inputs: dict, cache: ResultCache, budget_s: float,
-         progress: Optional[Callable[[str], None]] = None, runs: Optional[dict] = None,
-         executor=None) -> list[tuple[object, Timing]]:
-    """Timing-only runs of the candidates, in order, until `budget_s` x WORK_PER_S of work is
-    spent (a deterministic budget: see WORK_PER_S), fastest first; `runs` as in `_Timings`;
-    `executor` (search.executor; default one run at a time) runs them, several at once."""
+         progress: Optional[Callable[[str], None]] = None, executor=None) -> list[tuple[object, Timing]]:
+    """Timing-only runs of the candidates, loop-sampled (sampled_timing.py), in order, until
+    `budget_s` x WORK_PER_S of work is spent (a deterministic budget: see WORK_PER_S), fastest
+    first; `executor` (search.executor; default one run at a time) runs them, several at once."""
     budget = budget_s * WORK_PER_S
-    timings = _Timings(target, [c.source for c in candidates], inputs, cache, runs, executor or LocalProcesses(1))
+    timings = _Timings(target, [c.source for c in candidates], inputs, cache, executor or LocalProcesses(1))
     out = []
     spent, longest = 0, 0  # the costliest single run so far: a run that would overshoot is not taken
     try:

@@ -110,17 +110,19 @@ def test_kernels_are_timed_once(tmp_path, monkeypatch):
     runs = []
     real = TrainiumTarget.run
     monkeypatch.setattr(TrainiumTarget, "run", lambda self, source, inputs, timing_only, keep_schedule=False, **kw:
-                        runs.append((source, timing_only)) or real(self, source, inputs, timing_only, keep_schedule,
-                                                                    **kw))
+                        runs.append((source, timing_only, kw.get("sampled", False)))
+                        or real(self, source, inputs, timing_only, keep_schedule, **kw))
     r = optimize("rmsnorm_matmul", "small", out_dir=tmp_path, cache=ResultCache(None))
     c = r.candidates
     # variants whose rewrites lead to the same kernel body (only the header differs) share a timing
     assert c["generated"] > c["distinct_kernels"] >= c["evaluated"] >= 1
-    # the winner's trace comes from its ranking run: no second timing-only simulation of it
+    # ranked once (loop-sampled), checked once, and timed once on the full path for its trace and
+    # its reported latency: no other simulation of it
     timed = r.winner.source  # the kernel as timed: the written one adds a header line saying how it was checked
     checked = [line for line in r.kernel_source.splitlines(keepends=True) if line.startswith("checked:  ")]
     assert len(checked) == 1 and r.kernel_source.replace(checked[0], "") == timed
-    assert runs.count((timed, True)) == 1 and runs.count((timed, False)) == 1
+    assert runs.count((timed, True, True)) == 1 and runs.count((timed, False, False)) == 1
+    assert runs.count((timed, True, False)) == 1
     assert json.loads((tmp_path / "rmsnorm_matmul_trn2.trace.json").read_text())
 
 
@@ -137,13 +139,15 @@ def test_timing_uses_shapes_and_random_inputs_keep_the_dtype():
                                     {"latency_ns": "fast"}, [1, 2], {"error": 3}, {"latency_ns": True},
                                     {"latency_ns": float("nan"), "error": ""},
                                     {"latency_ns": 1234.5, "error": ""},  # no work: the budget could not count it
-                                    {"latency_ns": 1234.5, "error": "", "work": -1}])
+                                    {"latency_ns": 1234.5, "error": "", "work": -1},
+                                    {"latency_ns": 1234.5, "error": "", "work": 900},  # sampled or not?
+                                    {"latency_ns": 1234.5, "error": "", "work": 900, "exact": 1}])
 def test_a_poisoned_or_malformed_cached_timing_is_measured_again(tmp_path, stored):
     from axon.search.select import _valid_timing
 
     assert _valid_timing(stored) is None
-    assert _valid_timing({"latency_ns": 1234.5, "error": "", "work": 900}).latency_ns == 1234.5
-    assert _valid_timing({"latency_ns": float("inf"), "error": "KernelError: x", "work": 100}).error
+    assert _valid_timing({"latency_ns": 1234.5, "error": "", "work": 900, "exact": False}).latency_ns == 1234.5
+    assert _valid_timing({"latency_ns": float("inf"), "error": "KernelError: x", "work": 100, "exact": True}).error
 
 
 def test_a_cache_dir_that_is_a_file_is_one_clear_error(tmp_path, monkeypatch):

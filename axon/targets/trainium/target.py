@@ -23,6 +23,7 @@ class Measured:
     outputs: object  # arrays, or None for timing-only runs
     estimate: object  # the model's Estimate (its kernel bound is the kernel's own, not the program's)
     work: int = 0  # instructions simulated: what the run cost, as selection's budget counts it
+    exact: bool = True  # False: a loop-sampled latency (sampled_timing.py), not the full path's
 
 
 class TrainiumTarget:
@@ -76,17 +77,23 @@ class TrainiumTarget:
 
     @sandboxed(lambda self, source, *a, **k: source_label(source))  # timeout_s, memory_mb: sandbox.py
     def run(self, source: str, inputs: dict, timing_only: bool, keep_schedule: bool = False,
-            partial: bool = False) -> Measured:
+            partial: bool = False, sampled: bool = False) -> Measured:
         """`partial`: the kernel may leave output elements unwritten (a check's kernel on some row
-        blocks); they come back NaN."""
+        blocks); they come back NaN. `sampled` (timing only): the latency from runs that cut long
+        loops short (sampled_timing.py; no schedule), what ranking uses."""
         from axon.targets.trainium.perfmodel import estimate
-        from axon.targets.trainium.simulator import ShapeDtype, simulate_source
+        from axon.targets.trainium.sampled_timing import sampled_latency
+        from axon.targets.trainium.simulator import ShapeDtype, load_source, simulate
 
         args = {k: (ShapeDtype(v.shape, _dtype_name(v.dtype)) if timing_only else v) for k, v in inputs.items()}
         # Axon's own kernel: more live SBUF/PSUM than the target has is a defect, not a spill, and
         # a call outside the documented NKI API is an error (nki_api.py)
-        res = simulate_source(source, None, args, target=self.name, timing_only=timing_only, partial=partial,
-                              strict_capacity=True, strict_api=True)
+        strict = dict(partial=partial, strict_capacity=True, strict_api=True)
+        kernel = load_source(source)
+        if sampled and timing_only:
+            s = sampled_latency(kernel, args, self.hw, **strict)
+            return Measured(s.latency_ns, None, None, s.work, s.exact)
+        res = simulate(kernel, args, target=self.name, timing_only=timing_only, **strict)
         est = estimate(res.trace, self.hw, keep_schedule=keep_schedule)
         outs = None
         if not timing_only:
