@@ -99,6 +99,19 @@ def test_activation_functions(fn, ref):
     np.testing.assert_allclose(run(old, OLD, x=x), ref(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("fn,ref", [("nl.silu", lambda x: x / (1 + np.exp(-x))),
+                                    ("nl.sigmoid", lambda x: 1 / (1 + np.exp(-x))),
+                                    ("nl.softplus", lambda x: np.logaddexp(0, x)),
+                                    ("nl.gelu_apprx_sigmoid", lambda x: x / (1 + np.exp(-1.702 * x)))])
+def test_an_activation_is_one_rounding_of_its_value_where_its_float32_steps_would_overflow(fn, ref):
+    # silu(-90) = -7.4e-38 is a normal float32, but exp(90) in 1 / (1 + exp(-x)) is not: the
+    # instruction's value is the function's, rounded once (what the numerical check bounds)
+    x = np.array([[-100.0, -90.0, -89.0, -20.0, 0.0, 20.0, 89.0, 100.0]], np.float32)
+    new, _ = unary_kernel(f"nisa.activation(dst=r, op={fn}, data=t)", "")
+    want = ref(x.astype(np.float64))
+    np.testing.assert_allclose(run(new, x=x), want, rtol=2 ** -23, atol=float(np.finfo(np.float32).smallest_subnormal))
+
+
 @pytest.mark.parametrize("api", ["new", "old"])
 def test_activation_reduce(api):
     x = rand(100, 300)

@@ -43,27 +43,39 @@ def _erf(x):
     return np.vectorize(math.erf, otypes=[np.float32])(x)
 
 
+def _one_instruction(f):
+    """f as one engine instruction computes it: to within a rounding of its value, whatever its
+    steps would do in float32 (silu(-90) = -7e-38, a normal float32, although exp(90) in
+    1 / (1 + exp(-x)) overflows float32): evaluated in float64, rounded once to x's dtype. The
+    numerical check bounds an activation this way (axon.semantics.bounds)."""
+    def fn(x):
+        x = np.asarray(x)
+        with np.errstate(over="ignore"):
+            return f(x.astype(np.float64)).astype(x.dtype)
+    return fn
+
+
 def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
 def _gelu_sigmoid(x):  # GELU's sigmoid approximation x * sigmoid(1.702 x) (Hendrycks & Gimpel)
-    return x * _sigmoid(np.float32(1.702) * x)
+    return x * _sigmoid(1.702 * x)
 
 
 UNARY = [
     Op("exp", np.exp, 1), Op("log", np.log, 1), Op("sqrt", np.sqrt, 1),
     Op("rsqrt", lambda x: 1.0 / np.sqrt(x), 1), Op("tanh", np.tanh, 1),
-    Op("sigmoid", _sigmoid, 1), Op("relu", lambda x: np.maximum(x, 0), 1),
+    Op("sigmoid", _one_instruction(_sigmoid), 1), Op("relu", lambda x: np.maximum(x, 0), 1),
     Op("gelu", _gelu, 1), Op("gelu_apprx_tanh", _gelu_tanh, 1),
-    Op("gelu_apprx_sigmoid", _gelu_sigmoid, 1),
-    Op("silu", lambda x: x * _sigmoid(x), 1), Op("square", np.square, 1),
+    Op("gelu_apprx_sigmoid", _one_instruction(_gelu_sigmoid), 1),
+    Op("silu", _one_instruction(lambda x: x * _sigmoid(x)), 1), Op("square", np.square, 1),
     Op("abs", np.abs, 1), Op("negative", np.negative, 1), Op("sin", np.sin, 1),
     Op("cos", np.cos, 1), Op("tan", np.tan, 1), Op("arctan", np.arctan, 1),
-    Op("erf", _erf, 1), Op("softplus", lambda x: np.log1p(np.exp(x)), 1),
+    Op("erf", _erf, 1), Op("softplus", _one_instruction(lambda x: np.logaddexp(0.0, x)), 1),
     Op("sign", np.sign, 1), Op("ceil", np.ceil, 1), Op("floor", np.floor, 1),
     Op("trunc", np.trunc, 1), Op("copy", lambda x: x, 1), Op("identity", lambda x: x, 1),
-    Op("reciprocal", lambda x: 1.0 / x, 1), Op("mish", lambda x: x * np.tanh(np.log1p(np.exp(x))), 1),
+    Op("reciprocal", lambda x: 1.0 / x, 1), Op("mish", _one_instruction(lambda x: x * np.tanh(np.logaddexp(0.0, x))), 1),
     Op("logical_not", lambda x: (x == 0).astype(np.float32), 1),
 ]
 
