@@ -294,40 +294,50 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     base_t = (Timing(float("inf"), base_misfit) if base_misfit
               else timed.get(baseline.key) or rank(tgt, [baseline], shapes, cache, budget_s)[0][1])
     failed_sim = [c for c, t in ranked if t.error]
-    data = prog.random_inputs(sizes, dtype=dtype, seed=seed)  # full size: a partial check runs the full kernel
-    macs = matmul_macs(prog.graph, sizes)
-    winner, check, failed_numerics, checked = None, None, 0, 0
-    check_rows = {}
-    for cand, t in ranked:
-        if t.error or checked >= MAX_CHECKS:
-            continue
-        checked += 1
-        check, check_rows[cand.key] = _check(prog, pool, cand, sizes, tgt, dtype, lowerer, data, macs, say,
-                                             t.latency_ns)
-        if check.ok:
-            winner = (cand, t)
-            break
-        failed_numerics += 1
-        say(f"  failed: {check.explain()}")
-    if winner is None and not base_t.error and baseline.key not in [c.key for c, _ in ranked[:checked]]:
-        check, check_rows[baseline.key] = _check(prog, pool, baseline, sizes, tgt, dtype, lowerer, data, macs,
-                                                 say, base_t.latency_ns)
-        if check.ok:
-            winner = (baseline, base_t)
-    if winner is None:
-        detail = check.explain() if check else "every simulation failed"
-        errs = sorted({t.error.split(': ', 1)[-1] for _, t in ranked if t.error})[:2]
-        raise UnsupportedError(f"{prog.name}: no candidate passed the numerical check ({detail})"
-                               + (f"; simulation errors: {'; '.join(errs)}" if errs else ""))
-    cand, t = winner
-    # reported latencies are the full path's, never extensions of loop samples; the winner's run
-    # keeps its schedule for the trace
-    final = _full_timing(tgt, cand.source, shapes, say) if (out_dir is not None or not t.exact) else None
-    if final is not None:
-        t = Timing(final.latency_ns, work=t.work)
+    # reported latencies are the full path's, never extensions of loop samples (the winner's run
+    # keeps its schedule for the trace): the likely winner's and a sampled baseline's full runs
+    # start now, beside the numerical checks
+    full = _FullTimings(tgt, shapes, say)
+    likely = next((c for c, t in ranked if not t.error), None)
+    if likely is not None and (out_dir is not None or not timed[likely.key].exact):
+        full.start(likely.source)
     if not base_t.exact and not base_t.error:
-        full_base = _full_timing(tgt, baseline.source, shapes, say)
-        base_t = Timing(full_base.latency_ns, work=base_t.work) if full_base else base_t
+        full.start(baseline.source)
+    try:
+        data = prog.random_inputs(sizes, dtype=dtype, seed=seed)  # full size: a partial check runs the full kernel
+        macs = matmul_macs(prog.graph, sizes)
+        winner, check, failed_numerics, checked = None, None, 0, 0
+        check_rows = {}
+        for cand, t in ranked:
+            if t.error or checked >= MAX_CHECKS:
+                continue
+            checked += 1
+            check, check_rows[cand.key] = _check(prog, pool, cand, sizes, tgt, dtype, lowerer, data, macs, say,
+                                                 t.latency_ns)
+            if check.ok:
+                winner = (cand, t)
+                break
+            failed_numerics += 1
+            say(f"  failed: {check.explain()}")
+        if winner is None and not base_t.error and baseline.key not in [c.key for c, _ in ranked[:checked]]:
+            check, check_rows[baseline.key] = _check(prog, pool, baseline, sizes, tgt, dtype, lowerer, data, macs,
+                                                     say, base_t.latency_ns)
+            if check.ok:
+                winner = (baseline, base_t)
+        if winner is None:
+            detail = check.explain() if check else "every simulation failed"
+            errs = sorted({t.error.split(': ', 1)[-1] for _, t in ranked if t.error})[:2]
+            raise UnsupportedError(f"{prog.name}: no candidate passed the numerical check ({detail})"
+                                   + (f"; simulation errors: {'; '.join(errs)}" if errs else ""))
+        cand, t = winner
+        final = full.take(cand.source) if (out_dir is not None or not t.exact) else None
+        if final is not None:
+            t = Timing(final.latency_ns, work=t.work)
+        if not base_t.exact and not base_t.error:
+            full_base = full.take(baseline.source)
+            base_t = Timing(full_base.latency_ns, work=base_t.work) if full_base else base_t
+    finally:
+        full.cancel()  # the likely winner's run, when another candidate won
     t_selection = time.perf_counter() - t1
     rows = check_rows[cand.key]
     result = OptimizeResult(
@@ -458,14 +468,32 @@ def write_launcher(tgt, kernel_path: Path, entry: str, shapes: dict, dtype: str,
         launcher_path(kernel_path).write_text(tgt.launcher(kernel_path.stem, entry, shapes, dtype, pipeline))
 
 
-def _full_timing(tgt, source: str, shapes: dict, say):
-    """`source` timed on the full timing-only path, its schedule kept (ranking's timing may be
-    extended from loop samples); None, said, if that run fails."""
-    try:
-        return tgt.run(source, shapes, timing_only=True, keep_schedule=True)
-    except AxonError as err:
-        say(f"warning: the full timing run failed ({err}); its latency stays the one extended from loop samples")
-        return None
+class _FullTimings:
+    """Full-path timing-only runs, schedules kept, of the kernels whose latencies are reported
+    (ranking's may be extended from loop samples): started early, taken when needed."""
+
+    def __init__(self, tgt, shapes: dict, say):
+        self.tgt, self.shapes, self.say, self.pending = tgt, shapes, say, {}
+
+    def start(self, source: str) -> None:
+        if source not in self.pending:
+            self.pending[source] = self.tgt.run(source, self.shapes, timing_only=True, keep_schedule=True,
+                                                wait=False)
+
+    def take(self, source: str):
+        """The measurement of `source`; None, said, if that run fails."""
+        self.start(source)
+        try:
+            return self.pending.pop(source).result()
+        except AxonError as err:
+            self.say(f"warning: the full timing run failed ({err}); its latency stays the one extended from "
+                     "loop samples")
+            return None
+
+    def cancel(self) -> None:
+        for run in self.pending.values():
+            run.cancel()
+        self.pending.clear()
 
 
 def write_outputs(result: OptimizeResult, tgt, out_dir: Path, shapes: dict, measured=None,
