@@ -12,6 +12,7 @@ lowerer it backs.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -214,7 +215,7 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                     per_group.append(_spread(fits, per_pass))
                 if any(not f for f in per_group):
                     continue
-                combos = list(itertools.islice(itertools.product(*per_group), per_combo))
+                combos = _combos(world, gs, per_group, wsizes, dtype, per_combo)
                 # lowering alternatives (Lowerer.program `alt`) in order, per combo until one repeats an
                 # earlier source (an index past a phase's alternatives gives its fused program again)
                 for stationary in _stationary_options(world, target):
@@ -264,7 +265,7 @@ def _candidate(name, target, world, sizes, dtype, lowerer, counts: Counts, seen:
         return None
     if cand.key in seen:
         return None
-    cand.static_cost = static_cost(world, cand, sizes, dtype)
+    cand.static_cost = static_cost(world, cand.passes, sizes, dtype)
     seen.add(cand.key)
     counts.generated += 1
     return cand
@@ -277,6 +278,35 @@ def _max_alternatives(lowerer) -> int:
     from axon.search.lowering import MAX_ALTERNATIVES
 
     return MAX_ALTERNATIVES
+
+
+def _combos(world: RowWorld, gs, per_group: list, sizes, dtype: str, k: int) -> list[tuple]:
+    """Up to k combinations of the passes' tilings: all of them where there are no more, else
+    the k of least static cost (the first k of the product would vary the last pass alone, and
+    keep every other pass at its first tiling). A pass's cost does not depend on the other
+    passes' tilings, so each tiling is costed once (the others at their first) and the cheapest
+    sums come from a best-first walk over each pass's tilings in cost order."""
+    if math.prod(len(ts) for ts in per_group) <= k:
+        return list(itertools.product(*per_group))
+    first = [ts[0] for ts in per_group]
+
+    def cost(i: int, t) -> float:
+        tilings = first[:i] + [t] + first[i + 1:]
+        return static_cost(world, tuple(Pass(g, x) for g, x in zip(gs, tilings)), sizes, dtype)
+
+    ranked = [sorted(((cost(i, t), j, t) for j, t in enumerate(ts)), key=lambda c: c[:2])
+              for i, ts in enumerate(per_group)]
+    start = (0,) * len(ranked)
+    frontier, seen, out = [(sum(r[0][0] for r in ranked), start)], {start}, []
+    while frontier and len(out) < k:
+        _, at = heapq.heappop(frontier)
+        out.append(tuple(ranked[i][j][2] for i, j in enumerate(at)))
+        for i in range(len(at)):
+            nxt = at[:i] + (at[i] + 1,) + at[i + 1:]
+            if nxt[i] < len(ranked[i]) and nxt not in seen:
+                seen.add(nxt)
+                heapq.heappush(frontier, (sum(ranked[m][j][0] for m, j in enumerate(nxt)), nxt))
+    return out
 
 
 def _spread(items: list, k: int) -> list:
@@ -296,16 +326,17 @@ def direct_lowering(name: str, graph: Graph, sizes, target, dtype: str, lowerer)
     cand = Candidate(0, (), "unfused", Options(stationary="pe"),
                      tuple(Pass(g, default_tiling(world, g, sizes, limits)) for g in gs))
     cand.source = emit(name, target, world, cand, sizes, dtype, lowerer)
-    cand.static_cost = static_cost(world, cand, sizes, dtype)
+    cand.static_cost = static_cost(world, cand.passes, sizes, dtype)
     for p in cand.passes:
         cand.misfit = cand.misfit or check(world, p.group, p.tiling, sizes, limits)
     return cand
 
 
-def static_cost(world: RowWorld, cand: Candidate, sizes, dtype: str) -> float:
-    """HBM bytes the candidate moves, each transfer derated by its contiguous run per partition
-    (run / (run + 1 KiB): DMA descriptors are overhead-bound below a few KiB), plus a small
-    charge per pass. A cheap proxy used only to order candidates before the performance model."""
+def static_cost(world: RowWorld, passes: tuple, sizes, dtype: str) -> float:
+    """HBM bytes a candidate of these passes moves, each transfer derated by its contiguous run per
+    partition (run / (run + 1 KiB): DMA descriptors are overhead-bound below a few KiB), plus a
+    small charge per pass. A cheap proxy used only to order candidates before the performance
+    model. A sum over the passes, each term independent of the other passes' tilings."""
     from axon.fusion.nodes import phases, view_source
     from axon.tiling.space import concrete
 
@@ -317,17 +348,17 @@ def static_cost(world: RowWorld, cand: Candidate, sizes, dtype: str) -> float:
     R = concrete(world.row, sizes)
     total = 0.0
     produced_in: dict = {}
-    for pi, p in enumerate(cand.passes):
+    for pi, p in enumerate(passes):
         for n in p.group.nodes:
             produced_in[n] = pi
-    for pi, p in enumerate(cand.passes):
+    for pi, p in enumerate(passes):
         t = p.tiling
         blocks = R // (t.row_tile * t.row_block)
         members = set(p.group.nodes)
         loaded = set()
         phs = phases(world, p.group)
         reads = batch * blocks  # weights: once per row block (a proxy for per-block work too)
-        crossing = {x for q in cand.passes if q is not p for m in q.group.nodes for x in m.inputs}
+        crossing = {x for q in passes if q is not p for m in q.group.nodes for x in m.inputs}
         if masked_prefix(world, p.group, sizes, members & crossing) is not None:
             # a causal pass: what it computes depends on how finely its row blocks follow the
             # diagonal, which traffic cannot see; its weights are read once per iteration of the
@@ -356,12 +387,12 @@ def static_cost(world: RowWorld, cand: Candidate, sizes, dtype: str) -> float:
                         total += walks * batch * R * c * item / eff(run * item)
         for n in p.group.nodes:
             users_elsewhere = n in world.graph.outputs or any(
-                n in m.inputs for q in cand.passes[pi + 1:] for m in q.group.nodes)
+                n in m.inputs for q in passes[pi + 1:] for m in q.group.nodes)
             if users_elsewhere:
                 c = concrete(n.shape[-1], sizes)
                 run = _chunked(world, p, n, sizes)[0] if t.col_chunk else min(c, t.n_block_for(c) or c)
                 total += batch * R * c * item / eff(run * item)
-    return total + 2000.0 * len(cand.passes)
+    return total + 2000.0 * len(passes)
 
 
 def _chunked(world: RowWorld, p: Pass, x, sizes) -> tuple[int, int]:

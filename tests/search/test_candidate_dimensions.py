@@ -69,3 +69,32 @@ def test_input_shapes_make_no_data():
     shapes = b.program.input_shapes(b.sizes("llama3_70b"), "bfloat16")
     assert shapes["w1"].shape == (8192, 28672) and str(shapes["w1"].dtype) == "bfloat16"
     assert not hasattr(shapes["w1"], "__array__")
+
+
+def test_tiling_combinations_past_the_limit_are_the_cheapest_not_the_first(monkeypatch):
+    import itertools
+
+    from axon.search import candidates
+
+    # each tiling stands for its pass's cost
+    monkeypatch.setattr(candidates, "static_cost", lambda world, passes, sizes, dtype: sum(p.tiling for p in passes))
+    per_group = [[5, 1, 3], [4, 0, 2], [9, 8]]
+    got = candidates._combos(None, ["a", "b", "c"], per_group, {}, "bfloat16", 4)
+    assert got[0] == (1, 0, 8) and len(set(got)) == 4
+    assert sorted(map(sum, got)) == sorted(map(sum, itertools.product(*per_group)))[:4]
+    # no more combinations than asked for: all of them, in the passes' own order
+    assert candidates._combos(None, ["a", "b", "c"], per_group, {}, "bfloat16", 18) == list(itertools.product(*per_group))
+
+
+def test_every_pass_of_a_multi_pass_candidate_gets_its_good_tilings():
+    # gated_projection unfused at Llama-3-70B sizes: four passes with up to eight tilings each. The
+    # first combinations of the product kept both matmul passes at one row tile per weight load
+    # (the weights read sixteen times instead of four)
+    cands, _ = _candidates("gated_projection", {"m": 2048, "k": 8192, "n": 28672})
+    from axon.semantics.ops import Op
+
+    unfused = [c for c in cands if c.fusion == "unfused"]
+    matmul_blocks = {tuple(p.tiling.row_block for p in c.passes if any(n.op is Op.MATMUL for n in p.group.nodes))
+                     for c in unfused}
+    assert unfused and all(len(b) == 2 for b in matmul_blocks)
+    assert (4, 4) in matmul_blocks
