@@ -198,3 +198,14 @@ def test_a_direct_lowering_that_does_not_fit_is_said_so_not_infinitely_slow(monk
                         "none": "does not fit trn2: SBUF: 300 KiB per partition live, 208 KiB exist"}
     json.dumps(r.to_json(), allow_nan=False)  # valid JSON: no Infinity
     assert "baseline: none: the direct lowering does not fit trn2: SBUF" in r.report
+
+
+def test_ranking_takes_the_fusion_modes_in_turn_each_in_static_order():
+    from types import SimpleNamespace
+
+    from axon.search.optimize import _by_fusion_in_turn
+
+    cands = [SimpleNamespace(fusion=f, static_cost=c) for f, c in
+             [("split", 1), ("split", 2), ("split", 3), ("fused", 4), ("unfused", 5), ("fused", 6)]]
+    got = [(c.fusion, c.static_cost) for c in _by_fusion_in_turn(cands)]
+    assert got == [("split", 1), ("fused", 4), ("unfused", 5), ("split", 2), ("fused", 6), ("split", 3)]
