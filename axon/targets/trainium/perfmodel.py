@@ -340,6 +340,24 @@ def compiled_away(trace: list[Instruction]) -> tuple[list[Instruction], set[int]
     return trace, zeroings | fused
 
 
+def _space_waits(trace: list[Instruction]) -> dict[int, tuple[int, ...]]:
+    """Per instruction, the trace indices of its `extra["space_after"]` (simulator/liveness.py
+    space_reuse: the last users of the SBUF space it takes); instructions not in this trace (a
+    trace cut by loop sampling) are left out."""
+    pos = None
+    out = {}
+    for i, ins in enumerate(trace):
+        users = ins.extra.get("space_after")
+        if not users:
+            continue
+        if pos is None:
+            pos = {id(x): k for k, x in enumerate(trace)}
+        ks = tuple(pos[id(x)] for x in users.instructions if id(x) in pos)
+        if ks:
+            out[i] = ks
+    return out
+
+
 def _hoisted_loads(trace: list[Instruction], skip: set[int], hw: HardwareDescription,
                    cut_loops: dict | None = None) -> dict[int, int]:
     """Loads the compiler hoists (hw.scheduler.hoist_sbuf_fraction): a DMA from an HBM region
@@ -709,6 +727,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     n_tracks = len(COMPUTE_ENGINES)
 
     zeroings = _folded_psum_zeroing(trace)
+    space = _space_waits(trace)
     trace, fused = _fused_activation_reduces(trace, zeroings)
     folded = zeroings | fused
     preds, raws = _dependencies(trace, folded)
@@ -716,6 +735,9 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     for i, j in hoisted.items():  # served from the resident copy: after the load that made it
         if j not in preds[i]:
             preds[i] = preds[i] + (j,)
+    for i, users in space.items():  # SBUF space taken over from its previous owner
+        if i not in folded:
+            preds[i] = preds[i] + tuple(j for j in users if j not in folded and j not in preds[i])
     n = len(trace)
     waiting = [len(p) for p in preds]  # unfinished predecessors
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -782,9 +804,19 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         if i in hoisted:
             finish(i, t, t, n_tracks)  # no transfer: the data is resident since the first load
         elif trace[i].engine is Engine.DMA:
-            run_dma(i, t)
+            heappush(dma_ready, i)
         else:
             heappush(engines[trace[i].engine].ready, i)
+
+    def start_transfers(now: float) -> None:
+        # each transfer holds one of the queues; a free queue takes the ready transfer that comes
+        # first in program order (the order the compiler issued them in)
+        nonlocal in_flight
+        while in_flight < dma.queues and dma_ready:
+            i = heappop(dma_ready)
+            in_flight += 1
+            on_queue[i] = True
+            run_dma(i, now)
 
     def dispatch(now: float) -> None:
         nonlocal charged_flops
@@ -811,9 +843,13 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
             charged_flops += matmul_flops(ins)
             finish(i, now, end, COMPUTE_ENGINES.index(e))
 
+    dma_ready: list[int] = []
+    in_flight = 0
+    on_queue = [False] * n
     for i in range(n):
         if i not in folded and waiting[i] == 0:
             became_ready(i, 0.0)
+    start_transfers(0.0)
     dispatch(0.0)
     while events:
         # Everything finishing within _EPS of the first completion is one instant, dispatched once
@@ -825,10 +861,13 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
             done.append(heappop(events))
         now = done[-1][0]
         for _, j in done:
+            if on_queue[j]:
+                in_flight -= 1
             for s in succs[j]:
                 waiting[s] -= 1
                 if waiting[s] == 0:
                     became_ready(s, now)
+        start_transfers(now)
         dispatch(now)
 
     for i, ins in enumerate(trace):

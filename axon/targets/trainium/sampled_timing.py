@@ -1,13 +1,14 @@
 """Timing-only latency from loop samples: the performance model on traces whose long loops ran
 only their first iterations (simulator/sampling.py), extended loop by loop:
 
-    T = T(cut) + sum over cut loops L of skipped(L) x scale(L) x (T(L one longer) - T(cut)) / cut(L)
+    T = T(cut) + sum over cut loops L of skipped(L) x scale(L) x (T(L longer) - T(cut)) / (STEP x cut(L))
 
 where skipped(L) counts the iterations of L that did not run, cut(L) its instances cut short, and
 scale(L) the product, over the cut loops around L, of (iterations in full) / (iterations run):
-the instances of L inside the skipped iterations of an outer loop. T(L one longer) runs L one
-iteration longer in each of its instances. Loops with the same multiple skipped(L) x scale(L) /
-cut(L), none inside another, share that run (the kernel runs all of them one longer; what they
+the instances of L inside the skipped iterations of an outer loop. T(L longer) runs L STEP
+iterations longer in each of its instances (two: a schedule that alternates between two states,
+as DMA queues taken in turn make it, averages out; one more iteration would time one state). Loops with the same multiple skipped(L) x scale(L) /
+cut(L), none inside another, share that run (the kernel runs all of them longer; what they
 add is summed): a causal kernel's copies of one loop nest, one per run of row blocks, cost one
 run, not one each. So the cost is one simulation and estimate of the cut kernel and one more per
 group of cut loop statements: it grows with the kernel's distinct loop bodies, not its iteration
@@ -37,6 +38,7 @@ from axon.targets.trainium.perfmodel import estimate
 from axon.targets.trainium.simulator import LoopSampling, simulate
 
 KEEP = 2  # iterations a cut loop runs; the extension is the time of one more
+STEP = 2  # iterations the longer runs add (the extension is their average)
 TRUST = 0.9  # a longer run must add this share of the busy time it adds to its busiest engine
 SAVING = 0.5  # sample only where the runs issue at most this share of the whole kernel's instructions
 
@@ -117,12 +119,12 @@ def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = K
         latency, loops, untrusted = base.latency_ns, {}, []
         while todo:
             group = todo.pop(0)
-            longer = cut.follow(group)
+            longer = cut.follow(group, STEP)
             est = timed(longer, busy_of=lambda ins: _extra_iteration(ins, longer, keep))[0]
-            added = est.latency_ns - base.latency_ns
+            added = (est.latency_ns - base.latency_ns) / STEP
             # each loop's extra iterations keep at least its busiest engine (or the DMA bandwidth) busy
             busiest = sum(max((ns for (line, _), ns in est.busy_by.items() if line == g), default=0.0)
-                          for g in group)
+                          for g in group) / STEP
             if added < TRUST * busiest:
                 if len(group) > 1:  # one of them may be hidden behind other work: each on its own
                     todo[:0] = [(line,) for line in group]
@@ -141,8 +143,8 @@ def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = K
 
 
 def _extra_iteration(ins, sampling: LoopSampling, keep: int):
-    """The line of the longer loop whose extra iteration (iteration `keep`) issued `ins`, or None."""
+    """The line of the longer loop whose extra iterations (from iteration `keep` on) issued `ins`, or None."""
     for loop_id, i, _ in ins.extra.get("loops", ()):
-        if i == keep and sampling.line_of.get(loop_id) in sampling.longer:
+        if i >= keep and sampling.line_of.get(loop_id) in sampling.longer:
             return sampling.line_of[loop_id]
     return None

@@ -91,6 +91,19 @@ def rows_overlap(a0: int, a1: int, sa: int, na: int, wa: int,
     return k <= na - 1 and k * sa < d + wb
 
 
+class Waits:
+    """Earlier instructions one must wait for beyond its data dependencies (extra["space_after"]),
+    held by identity: compared and printed without walking into them."""
+
+    __slots__ = ("instructions",)
+
+    def __init__(self, instructions: tuple):
+        self.instructions = instructions
+
+    def __repr__(self) -> str:
+        return f"Waits({len(self.instructions)} instructions)"
+
+
 @dataclass
 class Instruction:
     opcode: str  # the nki.isa name: "nc_matmul", "activation", "dma_copy", ...

@@ -150,8 +150,8 @@ def test_loops_cut_alike_one_after_the_other_share_one_longer_run():
     assert len(cut.cut) == 2 and sampled_timing._groups(cut) == [tuple(sorted(cut.cut))]
     got = sampled_latency(load_source(TWO_PASSES, "<two>", None), MATMUL_IN, HW)
     assert len(got.loops) == 2 and got.latency_ns == pytest.approx(full, rel=0.01)
-    # the cut run, then one run with both loops one iteration longer (3 of 16 turns instead of 2)
-    assert got.work == len(trace) + len(trace) * 3 // 2
+    # the cut run, then one run with both loops STEP iterations longer (4 of 16 turns instead of 2)
+    assert got.work == len(trace) + len(trace) * (2 + sampled_timing.STEP) // 2
 
 
 def test_loops_inside_one_another_are_never_grouped():

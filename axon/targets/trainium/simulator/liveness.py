@@ -23,20 +23,23 @@ reads the trace.
   is still current), and reloaded by a DMA before their next use (none when that use overwrites
   the whole unit). The DMAs are ordinary trace instructions (`extra["spill"]`), so the
   performance model times them; a reload depends on its store through the HBM spill slot. Not
-  modelled: the reuse of the victim's addresses (the instruction that takes the space does not
-  wait for the store), and spilling PSUM to SBUF instead of HBM.
+  modelled: spilling PSUM to SBUF instead of HBM.
+- Space reuse (`space_reuse`, both modes): each instruction that starts a unit's life in SBUF
+  carries `extra["space_after"]`, the last users of the space it takes, which the performance
+  model makes it wait for: the reuse of a dead tile's (or a spilled victim's) addresses.
 
-Invariant: with no spill the trace comes back unchanged; with spills every original instruction
-is kept, in order, and only spill DMAs are inserted.
+Invariant: the instructions come back in order, each original one kept (with `space_after` added
+where it takes space); with spills only spill DMAs are inserted.
 """
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 
 from axon.errors import KernelError
-from axon.targets.trainium.trace import Engine, Instruction, Memory, Region
+from axon.targets.trainium.trace import Engine, Instruction, Memory, Region, Waits
 
 _CONSTANT = frozenset(("memset", "iota"))
 _SHIFT = 32  # unit key = buffer id << _SHIFT | block index
@@ -147,12 +150,13 @@ def account(trace: list[Instruction], onchip: dict, hw, *, strict: bool, path: s
         for u in ends.get(i, ()):
             used[meta[u].memory] += _grow(u, meta[u], count, bank, -1)
     acc = Accounting(trace, peak[Memory.SBUF], peak[Memory.PSUM])
-    if over is None:
-        return acc
-    if strict:
-        i, m_, n = over
-        raise KernelError(f"{path}:{trace[i].line}: {_exceeded(m_, n, hw)} (strict capacity: no spilling)")
-    return _spill(trace, touched, first, ends, meta, cap, bank, hw, path, new_buffer_id, acc)
+    if over is not None:
+        if strict:
+            i, m_, n = over
+            raise KernelError(f"{path}:{trace[i].line}: {_exceeded(m_, n, hw)} (strict capacity: no spilling)")
+        acc = _spill(trace, touched, first, ends, meta, cap, bank, hw, path, new_buffer_id, acc)
+    acc.trace = space_reuse(acc.trace, onchip, cap[Memory.SBUF])
+    return acc
 
 
 def _grow(u: int, m: OnChip, count: dict, bank: int, step: int) -> int:
@@ -306,3 +310,76 @@ def _spill(trace, touched, first, ends, meta, cap, bank, hw, path, new_buffer_id
             clean.discard(u)
     acc.trace = out
     return acc
+
+
+def space_reuse(trace: list[Instruction], onchip: dict, capacity: int) -> list[Instruction]:
+    """The trace with `extra["space_after"]` on each instruction that starts a unit's life in SBUF:
+    the instructions that last used the space it takes, which it must wait for.
+
+    The compiler allocates SBUF statically, so a tile's space is free only once the tile that held
+    it before is dead: this is what bounds how far a load can run ahead of its use, and a spill
+    reload cannot start before its victim's store. The allocator modelled reuses the space freed
+    longest ago first (a ring over the whole SBUF, which leaves the most slack between a tile's
+    last use and its space's next owner; the real allocator's choice of addresses is not known).
+    A unit's life is from its first real use to its last use, split by a spill store and the next
+    access (its reload). Every write in the life waits (a tile loaded in pieces takes all its space
+    before the first piece lands; reads come after writes); a constant written ahead of the first
+    use (lazy initialisation) waits too. PSUM is not modelled (its banks rotate within an
+    accumulation pipeline)."""
+    lives: list[list] = []  # [first, last, bytes, writes in the life (and constants ahead)]
+    open_: dict[int, list] = {}
+    ahead: dict[int, list[int]] = {}
+    for i, ins in enumerate(trace):
+        us = _units(ins, onchip)
+        if not us:
+            continue
+        spill_store = ins.extra.get("spill") and ins.writes and ins.writes[0].memory is Memory.HBM
+        const = ins.opcode in _CONSTANT
+        for u, (m, rd, wr, _) in us.items():
+            if m.memory is not Memory.SBUF:
+                continue
+            life = open_.get(u)
+            if life is None:
+                if const and not rd:
+                    ahead.setdefault(u, []).append(i)
+                    continue
+                life = open_[u] = [i, i, m.unit, ahead.pop(u, [])]
+            life[1] = i
+            if wr:
+                life[3].append(i)
+            if spill_store:
+                lives.append(open_.pop(u))
+    lives.extend(open_.values())
+    births: dict[int, list] = {}
+    deaths: dict[int, list[int]] = {}
+    for life in lives:
+        births.setdefault(life[0], []).append(life)
+        deaths.setdefault(life[1], []).append(life[2])
+    free = deque([[capacity, None]])  # [bytes, its last user], freed longest ago first
+    after: dict[int, set[int]] = {}
+    for i in sorted(births.keys() | deaths.keys()):
+        for first, _, need, writes in births.get(i, ()):
+            users = set()
+            while need > 0 and free:
+                chunk = free[0]
+                take = min(need, chunk[0])
+                if chunk[1] is not None:
+                    users.add(chunk[1])
+                chunk[0] -= take
+                need -= take
+                if chunk[0] == 0:
+                    free.popleft()
+            for j in (first, *writes):
+                waits = {k for k in users if k < j}
+                if waits:
+                    after.setdefault(j, set()).update(waits)
+        for nbytes in deaths.get(i, ()):
+            free.append([nbytes, i])
+    if not after:
+        return trace
+    out = list(trace)
+    for j in after:
+        out[j] = replace(trace[j], extra=dict(trace[j].extra))
+    for j, users in after.items():
+        out[j].extra["space_after"] = Waits(tuple(out[k] for k in sorted(users)))
+    return out

@@ -4,8 +4,8 @@ A timing-only simulation costs about the same per instruction whatever the sizes
 kernel (10^5 instructions and more) takes seconds where its quick-size version takes
 milliseconds. Most of those instructions repeat loop bodies. A sampled run cuts each long loop
 short after `keep` iterations and records what it ran and skipped; `sampled_timing.py` times the
-cut trace, and the trace with some loops run one iteration longer, and extends each loop by the
-time one more iteration adds.
+cut trace, and the trace with some loops run a few iterations longer, and extends each loop by the
+time one more iteration adds on average.
 
 Which loops are cut (decided once per loop statement, by its kernel line, at the end of the
 first iteration of its first instance): a loop of at least `min_trip` iterations whose first
@@ -24,7 +24,8 @@ MIN_BODY = 32
 @dataclass
 class LoopSampling:
     keep: int = 2  # iterations a cut loop instance runs
-    longer: frozenset = frozenset()  # kernel lines of the loops that run keep + 1 iterations
+    longer: frozenset = frozenset()  # kernel lines of the loops that run keep + longer_by iterations
+    longer_by: int = 1
     min_trip: int = MIN_TRIP
     min_body: int = MIN_BODY
     decided: dict = field(default_factory=dict)  # loop line -> cut or not (given ones stay)
@@ -43,9 +44,9 @@ class LoopSampling:
         self._open.append(inst)
         return inst
 
-    def follow(self, longer) -> "LoopSampling":
-        """A run with this one's decisions and the loops `longer` (kernel lines) one iteration longer."""
-        return LoopSampling(self.keep, frozenset(longer), self.min_trip, self.min_body, dict(self.decided),
+    def follow(self, longer, by: int = 1) -> "LoopSampling":
+        """A run with this one's decisions and the loops `longer` (kernel lines) `by` iterations longer."""
+        return LoopSampling(self.keep, frozenset(longer), by, self.min_trip, self.min_body, dict(self.decided),
                             frozen=True)
 
 
@@ -61,7 +62,7 @@ class _Instance:
         if i == 1 and self.line not in s.decided:
             s.decided[self.line] = (not s.frozen and self.trip >= s.min_trip
                                     and issued - self.first_issued >= s.min_body)
-        keep = s.keep + (self.line in s.longer)
+        keep = s.keep + s.longer_by * (self.line in s.longer)
         if i < keep or not s.decided.get(self.line):
             s.ran[self.line] = s.ran.get(self.line, 0) + 1
             return True
