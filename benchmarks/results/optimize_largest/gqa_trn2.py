@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, max, sub, exp, sum, div, matmul; row tile 128 x block 2, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  on s rows 0:256, 1792:2048 of 2048 (2 of 8 blocks of 256 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.0198, 0.52 of its per-element error bound
+checked:  on s rows 0:256, 1792:2048 of 2048 (2 of 8 blocks of 256 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.31, 0.45 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -37,7 +37,7 @@ def gqa(q, k, v):
             nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
             for i_rb in nl.affine_range(8):
-                matmul_blk = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf)
+                matmul_blk = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
                 div_T = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
                 lhsT = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
                 for i_r in nl.affine_range(2):
@@ -56,7 +56,7 @@ def gqa(q, k, v):
                     # max, sub, exp, sum, div: 3 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                     t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
                     nisa.tensor_reduce(dst=t[0:128, 0:1], data=matmul_blk[0:128, nl.ds(i_r * 8192, 8192)], op=nl.maximum, negate=True, axis=1)
-                    t1 = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+                    t1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
                     nisa.activation_reduce(dst=t1[0:128, 0:8192], reduce_res=t[0:128, 0:1], data=matmul_blk[0:128, nl.ds(i_r * 8192, 8192)], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
                     nisa.tensor_scalar(dst=div1[0:128, 0:8192], data=t1[0:128, 0:8192], operand0=t[0:128, 0:1], op0=nl.divide)
                     for i_q in nl.affine_range(16):
