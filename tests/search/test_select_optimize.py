@@ -205,7 +205,20 @@ def test_ranking_takes_the_fusion_modes_in_turn_each_in_static_order():
 
     from axon.search.optimize import _by_fusion_in_turn
 
-    cands = [SimpleNamespace(fusion=f, static_cost=c) for f, c in
+    cands = [SimpleNamespace(fusion=f, variant=0, static_cost=c) for f, c in
              [("split", 1), ("split", 2), ("split", 3), ("fused", 4), ("unfused", 5), ("fused", 6)]]
     got = [(c.fusion, c.static_cost) for c in _by_fusion_in_turn(cands)]
     assert got == [("split", 1), ("fused", 4), ("unfused", 5), ("split", 2), ("fused", 6), ("split", 3)]
+
+
+def test_ranking_takes_the_program_variants_in_turn_too():
+    """A rewrite changes what a kernel computes, which the static traffic estimate does not see:
+    a rewritten program's kernels must not wait behind every kernel of the program as written."""
+    from types import SimpleNamespace
+
+    from axon.search.optimize import _by_fusion_in_turn
+
+    cands = [SimpleNamespace(fusion="fused", variant=v, static_cost=c) for v, c in
+             [(0, 1), (0, 2), (0, 3), (1, 4), (1, 5)]]
+    got = [(c.variant, c.static_cost) for c in _by_fusion_in_turn(cands)]
+    assert got == [(0, 1), (1, 4), (0, 2), (1, 5), (0, 3)]

@@ -4,7 +4,7 @@ sizes:    kv=8, g=4, s=2048, t=2048, d=128
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul, where, max, sub, exp, sum, div, matmul; row tile 128 x block 2, matmul n tile 512, n block whole width, k tile 128
+pass 1:   matmul, where, max, sub, exp, sum, div, matmul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved), where (synthesis, proved)
 checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0215, 0.53 of its per-element error bound
 """
@@ -24,7 +24,7 @@ def causal_gqa(q, k, v):
     DT = q.dtype
     out = nl.ndarray((8, 4, 2048, 128), dtype=DT, buffer=nl.shared_hbm)
     # rows 0:512 see t columns 0:512 of 2048: the masked tiles beyond are skipped
-    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 2 per block, n_tile 512, n_block all)
+    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
         w = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
         for i_j in nl.affine_range(4):
@@ -37,47 +37,43 @@ def causal_gqa(q, k, v):
         for i_kt in nl.affine_range(4):
             nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(2):
-                where_blk = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
-                div_T = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                lhsT = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-                for i_r in nl.affine_range(2):
-                    q_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128])
-                    tp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp1[0:128, 0:128], data=q_t[0:128, 0:128])
-                    nisa.tensor_copy(dst=lhsT[0:128, nl.ds(i_r * 128, 128)], src=tp1, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, nl.ds(i_r * 128, 128)], moving=w[0:128, 0:512])
-                    # where: 2 instruction(s), proved
-                    t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where_blk[0:128, nl.ds(i_r * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 256 + i_r * 128 - (0 * 512 + 0 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t[0:128, 0:512], on_false_value=-30000.0)
-                for i_r in nl.affine_range(2):
-                    div1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                    # max, sub, exp, sum, div: 4 instruction(s), proved
-                    t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.tensor_reduce(dst=t1[0:128, 0:1], data=where_blk[0:128, nl.ds(i_r * 512, 512)], op=nl.maximum, negate=True, axis=1)
-                    t2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t2[0:128, 0:512], data=where_blk[0:128, nl.ds(i_r * 512, 512)], bias=t1[0:128, 0:1], op=nl.exp)
-                    nisa.tensor_reduce(dst=t1[0:128, 0:1], data=t2[0:128, 0:512], op=nl.add, axis=1)
-                    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=t2[0:128, 0:512], operand0=t1[0:128, 0:1], op0=nl.divide)
-                    tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp2[0:128, 0:128], data=div1[0:128, 0:128])
-                    nisa.nc_transpose(dst=tp2[0:128, 128:256], data=div1[0:128, 128:256])
-                    nisa.nc_transpose(dst=tp2[0:128, 256:384], data=div1[0:128, 256:384])
-                    nisa.nc_transpose(dst=tp2[0:128, 384:512], data=div1[0:128, 384:512])
-                    nisa.tensor_copy(dst=div_T[0:128, nl.ds(i_r * 512, 512)], src=tp2, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                    for i_kt in nl.affine_range(4):
-                        nisa.nc_matmul(dst=acc1[0:128, 0:128], stationary=div_T[0:128, nl.ds(i_r * 512 + i_kt * 128, 128)], moving=w1[0:128, nl.ds(i_kt * 128, 128)])
-                    nisa.tensor_copy(dst=o[0:128, 0:128], src=acc1[0:128, 0:128], engine=nisa.engine.scalar)
-                    nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128], src=o[0:128, 0:128])
+            for i_rb in nl.affine_range(4):
+                where_blk = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                div_T = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                lhsT = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                q_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                tp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=q_t[0:128, 0:128])
+                nisa.tensor_copy(dst=lhsT[0:128, 0:128], src=tp1, engine=nisa.engine.scalar)
+                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, 0:128], moving=w[0:128, 0:512])
+                # where: 2 instruction(s), proved
+                t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where_blk[0:128, 0:512], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 512 + 0 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t[0:128, 0:512], on_false_value=-30000.0)
+                div1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum, div: 4 instruction(s), proved
+                t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t1[0:128, 0:1], data=where_blk[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
+                t2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t2[0:128, 0:512], data=where_blk[0:128, 0:512], bias=t1[0:128, 0:1], op=nl.exp)
+                nisa.tensor_reduce(dst=t1[0:128, 0:1], data=t2[0:128, 0:512], op=nl.add, axis=1)
+                nisa.tensor_scalar(dst=div1[0:128, 0:512], data=t2[0:128, 0:512], operand0=t1[0:128, 0:1], op0=nl.divide)
+                tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp2[0:128, 0:128], data=div1[0:128, 0:128])
+                nisa.nc_transpose(dst=tp2[0:128, 128:256], data=div1[0:128, 128:256])
+                nisa.nc_transpose(dst=tp2[0:128, 256:384], data=div1[0:128, 256:384])
+                nisa.nc_transpose(dst=tp2[0:128, 384:512], data=div1[0:128, 384:512])
+                nisa.tensor_copy(dst=div_T[0:128, 0:512], src=tp2, engine=nisa.engine.scalar)
+                o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(4):
+                    nisa.nc_matmul(dst=acc1[0:128, 0:128], stationary=div_T[0:128, nl.ds(i_kt * 128, 128)], moving=w1[0:128, nl.ds(i_kt * 128, 128)])
+                nisa.tensor_copy(dst=o[0:128, 0:128], src=acc1[0:128, 0:128], engine=nisa.engine.scalar)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o[0:128, 0:128])
     # rows 512:1024 see t columns 0:1024 of 2048: the masked tiles beyond are skipped
-    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 2 per block, n_tile 512, n_block all)
+    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
         w2 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
         for i_j in nl.affine_range(8):
@@ -90,49 +86,45 @@ def causal_gqa(q, k, v):
         for i_kt in nl.affine_range(8):
             nisa.dma_copy(dst=w3[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(2, 4):
-                where1_blk = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
-                div2_T = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-                lhsT1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-                for i_r in nl.affine_range(2):
-                    q_t1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=q_t1[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128])
-                    tp4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp4[0:128, 0:128], data=q_t1[0:128, 0:128])
-                    nisa.tensor_copy(dst=lhsT1[0:128, nl.ds(i_r * 128, 128)], src=tp4, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    for i_nt in nl.affine_range(2):
-                        acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                        nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, nl.ds(i_r * 128, 128)], moving=w2[0:128, nl.ds(i_nt * 512, 512)])
-                        # where: 2 instruction(s), proved
-                        t3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                        nisa.activation(dst=t3[0:128, 0:512], data=acc2[0:128, 0:512], op=nl.copy)
-                        nisa.affine_select(dst=where1_blk[0:128, nl.ds(i_r * 1024 + i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 256 + i_r * 128 - (0 * 1024 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t3[0:128, 0:512], on_false_value=-30000.0)
-                for i_r in nl.affine_range(2):
-                    div3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                    # max, sub, exp, sum, div: 4 instruction(s), proved
-                    t4 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.tensor_reduce(dst=t4[0:128, 0:1], data=where1_blk[0:128, nl.ds(i_r * 1024, 1024)], op=nl.maximum, negate=True, axis=1)
-                    t5 = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t5[0:128, 0:1024], data=where1_blk[0:128, nl.ds(i_r * 1024, 1024)], bias=t4[0:128, 0:1], op=nl.exp)
-                    nisa.tensor_reduce(dst=t4[0:128, 0:1], data=t5[0:128, 0:1024], op=nl.add, axis=1)
-                    nisa.tensor_scalar(dst=div3[0:128, 0:1024], data=t5[0:128, 0:1024], operand0=t4[0:128, 0:1], op0=nl.divide)
-                    for i_q in nl.affine_range(2):
-                        tp5 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                        nisa.nc_transpose(dst=tp5[0:128, 0:128], data=div3[0:128, nl.ds(i_q * 512, 128)])
-                        nisa.nc_transpose(dst=tp5[0:128, 128:256], data=div3[0:128, nl.ds(i_q * 512 + 128, 128)])
-                        nisa.nc_transpose(dst=tp5[0:128, 256:384], data=div3[0:128, nl.ds(i_q * 512 + 256, 128)])
-                        nisa.nc_transpose(dst=tp5[0:128, 384:512], data=div3[0:128, nl.ds(i_q * 512 + 384, 128)])
-                        nisa.tensor_copy(dst=div2_T[0:128, nl.ds(i_r * 1024 + i_q * 512, 512)], src=tp5, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    o1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    acc3 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                    for i_kt in nl.affine_range(8):
-                        nisa.nc_matmul(dst=acc3[0:128, 0:128], stationary=div2_T[0:128, nl.ds(i_r * 1024 + i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
-                    nisa.tensor_copy(dst=o1[0:128, 0:128], src=acc3[0:128, 0:128], engine=nisa.engine.scalar)
-                    nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128], src=o1[0:128, 0:128])
+            for i_rb in nl.affine_range(4, 8):
+                where1_blk = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+                div2_T = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+                lhsT1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                q_t1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_copy(dst=q_t1[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                tp4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp4[0:128, 0:128], data=q_t1[0:128, 0:128])
+                nisa.tensor_copy(dst=lhsT1[0:128, 0:128], src=tp4, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(2):
+                    acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: 2 instruction(s), proved
+                    t3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=t3[0:128, 0:512], data=acc2[0:128, 0:512], op=nl.copy)
+                    nisa.affine_select(dst=where1_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t3[0:128, 0:512], on_false_value=-30000.0)
+                div3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum, div: 4 instruction(s), proved
+                t4 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t4[0:128, 0:1], data=where1_blk[0:128, 0:1024], op=nl.maximum, negate=True, axis=1)
+                t5 = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t5[0:128, 0:1024], data=where1_blk[0:128, 0:1024], bias=t4[0:128, 0:1], op=nl.exp)
+                nisa.tensor_reduce(dst=t4[0:128, 0:1], data=t5[0:128, 0:1024], op=nl.add, axis=1)
+                nisa.tensor_scalar(dst=div3[0:128, 0:1024], data=t5[0:128, 0:1024], operand0=t4[0:128, 0:1], op0=nl.divide)
+                for i_q in nl.affine_range(2):
+                    tp5 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp5[0:128, 0:128], data=div3[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp5[0:128, 128:256], data=div3[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp5[0:128, 256:384], data=div3[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp5[0:128, 384:512], data=div3[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=div2_T[0:128, nl.ds(i_q * 512, 512)], src=tp5, engine=nisa.engine.scalar)
+                o1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc3 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(8):
+                    nisa.nc_matmul(dst=acc3[0:128, 0:128], stationary=div2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
+                nisa.tensor_copy(dst=o1[0:128, 0:128], src=acc3[0:128, 0:128], engine=nisa.engine.scalar)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o1[0:128, 0:128])
     # rows 1024:1536 see t columns 0:1536 of 2048: the masked tiles beyond are skipped
-    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 2 per block, n_tile 512, n_block all)
+    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
         w4 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
         for i_j in nl.affine_range(12):
@@ -145,49 +137,45 @@ def causal_gqa(q, k, v):
         for i_kt in nl.affine_range(12):
             nisa.dma_copy(dst=w5[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(4, 6):
-                where2_blk = nl.ndarray((128, 3072), dtype=nl.float32, buffer=nl.sbuf)
-                div4_T = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
-                lhsT2 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-                for i_r in nl.affine_range(2):
-                    q_t2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=q_t2[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128])
-                    tp7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp7[0:128, 0:128], data=q_t2[0:128, 0:128])
-                    nisa.tensor_copy(dst=lhsT2[0:128, nl.ds(i_r * 128, 128)], src=tp7, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    for i_nt in nl.affine_range(3):
-                        acc4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                        nisa.nc_matmul(dst=acc4[0:128, 0:512], stationary=lhsT2[0:128, nl.ds(i_r * 128, 128)], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
-                        # where: 2 instruction(s), proved
-                        t6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                        nisa.activation(dst=t6[0:128, 0:512], data=acc4[0:128, 0:512], op=nl.copy)
-                        nisa.affine_select(dst=where2_blk[0:128, nl.ds(i_r * 1536 + i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 256 + i_r * 128 - (0 * 1536 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
-                for i_r in nl.affine_range(2):
-                    div5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-                    # max, sub, exp, sum, div: 4 instruction(s), proved
-                    t7 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.tensor_reduce(dst=t7[0:128, 0:1], data=where2_blk[0:128, nl.ds(i_r * 1536, 1536)], op=nl.maximum, negate=True, axis=1)
-                    t8 = nl.ndarray((128, 1536), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t8[0:128, 0:1536], data=where2_blk[0:128, nl.ds(i_r * 1536, 1536)], bias=t7[0:128, 0:1], op=nl.exp)
-                    nisa.tensor_reduce(dst=t7[0:128, 0:1], data=t8[0:128, 0:1536], op=nl.add, axis=1)
-                    nisa.tensor_scalar(dst=div5[0:128, 0:1536], data=t8[0:128, 0:1536], operand0=t7[0:128, 0:1], op0=nl.divide)
-                    for i_q in nl.affine_range(3):
-                        tp8 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                        nisa.nc_transpose(dst=tp8[0:128, 0:128], data=div5[0:128, nl.ds(i_q * 512, 128)])
-                        nisa.nc_transpose(dst=tp8[0:128, 128:256], data=div5[0:128, nl.ds(i_q * 512 + 128, 128)])
-                        nisa.nc_transpose(dst=tp8[0:128, 256:384], data=div5[0:128, nl.ds(i_q * 512 + 256, 128)])
-                        nisa.nc_transpose(dst=tp8[0:128, 384:512], data=div5[0:128, nl.ds(i_q * 512 + 384, 128)])
-                        nisa.tensor_copy(dst=div4_T[0:128, nl.ds(i_r * 1536 + i_q * 512, 512)], src=tp8, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    o2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    acc5 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                    for i_kt in nl.affine_range(12):
-                        nisa.nc_matmul(dst=acc5[0:128, 0:128], stationary=div4_T[0:128, nl.ds(i_r * 1536 + i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
-                    nisa.tensor_copy(dst=o2[0:128, 0:128], src=acc5[0:128, 0:128], engine=nisa.engine.scalar)
-                    nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128], src=o2[0:128, 0:128])
+            for i_rb in nl.affine_range(8, 12):
+                where2_blk = nl.ndarray((128, 1536), dtype=nl.float32, buffer=nl.sbuf)
+                div4_T = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+                lhsT2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                q_t2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_copy(dst=q_t2[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                tp7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp7[0:128, 0:128], data=q_t2[0:128, 0:128])
+                nisa.tensor_copy(dst=lhsT2[0:128, 0:128], src=tp7, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(3):
+                    acc4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc4[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: 2 instruction(s), proved
+                    t6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=t6[0:128, 0:512], data=acc4[0:128, 0:512], op=nl.copy)
+                    nisa.affine_select(dst=where2_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
+                div5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum, div: 4 instruction(s), proved
+                t7 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t7[0:128, 0:1], data=where2_blk[0:128, 0:1536], op=nl.maximum, negate=True, axis=1)
+                t8 = nl.ndarray((128, 1536), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t8[0:128, 0:1536], data=where2_blk[0:128, 0:1536], bias=t7[0:128, 0:1], op=nl.exp)
+                nisa.tensor_reduce(dst=t7[0:128, 0:1], data=t8[0:128, 0:1536], op=nl.add, axis=1)
+                nisa.tensor_scalar(dst=div5[0:128, 0:1536], data=t8[0:128, 0:1536], operand0=t7[0:128, 0:1], op0=nl.divide)
+                for i_q in nl.affine_range(3):
+                    tp8 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp8[0:128, 0:128], data=div5[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp8[0:128, 128:256], data=div5[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp8[0:128, 256:384], data=div5[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp8[0:128, 384:512], data=div5[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=div4_T[0:128, nl.ds(i_q * 512, 512)], src=tp8, engine=nisa.engine.scalar)
+                o2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc5 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(12):
+                    nisa.nc_matmul(dst=acc5[0:128, 0:128], stationary=div4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
+                nisa.tensor_copy(dst=o2[0:128, 0:128], src=acc5[0:128, 0:128], engine=nisa.engine.scalar)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o2[0:128, 0:128])
     # rows 1536:2048 see t columns 0:2048 of 2048: the masked tiles beyond are skipped
-    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 2 per block, n_tile 512, n_block all)
+    # pass 1: matmul, where, max, sub, exp, sum, div, matmul  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
         w6 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
         for i_j in nl.affine_range(16):
@@ -200,45 +188,41 @@ def causal_gqa(q, k, v):
         for i_kt in nl.affine_range(16):
             nisa.dma_copy(dst=w7[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(6, 8):
-                where3_blk = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-                div6_T = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-                lhsT3 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-                for i_r in nl.affine_range(2):
-                    q_t3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=q_t3[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128])
-                    tp10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp10[0:128, 0:128], data=q_t3[0:128, 0:128])
-                    nisa.tensor_copy(dst=lhsT3[0:128, nl.ds(i_r * 128, 128)], src=tp10, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    for i_nt in nl.affine_range(4):
-                        acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                        nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT3[0:128, nl.ds(i_r * 128, 128)], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
-                        # where: 2 instruction(s), proved
-                        t9 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                        nisa.activation(dst=t9[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
-                        nisa.affine_select(dst=where3_blk[0:128, nl.ds(i_r * 2048 + i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 256 + i_r * 128 - (0 * 2048 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t9[0:128, 0:512], on_false_value=-30000.0)
-                for i_r in nl.affine_range(2):
-                    div7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-                    # max, sub, exp, sum, div: 4 instruction(s), proved
-                    t10 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.tensor_reduce(dst=t10[0:128, 0:1], data=where3_blk[0:128, nl.ds(i_r * 2048, 2048)], op=nl.maximum, negate=True, axis=1)
-                    t11 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t11[0:128, 0:2048], data=where3_blk[0:128, nl.ds(i_r * 2048, 2048)], bias=t10[0:128, 0:1], op=nl.exp)
-                    nisa.tensor_reduce(dst=t10[0:128, 0:1], data=t11[0:128, 0:2048], op=nl.add, axis=1)
-                    nisa.tensor_scalar(dst=div7[0:128, 0:2048], data=t11[0:128, 0:2048], operand0=t10[0:128, 0:1], op0=nl.divide)
-                    for i_q in nl.affine_range(4):
-                        tp11 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                        nisa.nc_transpose(dst=tp11[0:128, 0:128], data=div7[0:128, nl.ds(i_q * 512, 128)])
-                        nisa.nc_transpose(dst=tp11[0:128, 128:256], data=div7[0:128, nl.ds(i_q * 512 + 128, 128)])
-                        nisa.nc_transpose(dst=tp11[0:128, 256:384], data=div7[0:128, nl.ds(i_q * 512 + 256, 128)])
-                        nisa.nc_transpose(dst=tp11[0:128, 384:512], data=div7[0:128, nl.ds(i_q * 512 + 384, 128)])
-                        nisa.tensor_copy(dst=div6_T[0:128, nl.ds(i_r * 2048 + i_q * 512, 512)], src=tp11, engine=nisa.engine.scalar)
-                for i_r in nl.affine_range(2):
-                    o3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                    acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                    for i_kt in nl.affine_range(16):
-                        nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=div6_T[0:128, nl.ds(i_r * 2048 + i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
-                    nisa.tensor_copy(dst=o3[0:128, 0:128], src=acc7[0:128, 0:128], engine=nisa.engine.scalar)
-                    nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 256 + i_r * 128, 128), 0:128], src=o3[0:128, 0:128])
+            for i_rb in nl.affine_range(12, 16):
+                where3_blk = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
+                div6_T = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+                lhsT3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                q_t3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_copy(dst=q_t3[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                tp10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp10[0:128, 0:128], data=q_t3[0:128, 0:128])
+                nisa.tensor_copy(dst=lhsT3[0:128, 0:128], src=tp10, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(4):
+                    acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: 2 instruction(s), proved
+                    t9 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=t9[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
+                    nisa.affine_select(dst=where3_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t9[0:128, 0:512], on_false_value=-30000.0)
+                div7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum, div: 4 instruction(s), proved
+                t10 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t10[0:128, 0:1], data=where3_blk[0:128, 0:2048], op=nl.maximum, negate=True, axis=1)
+                t11 = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t11[0:128, 0:2048], data=where3_blk[0:128, 0:2048], bias=t10[0:128, 0:1], op=nl.exp)
+                nisa.tensor_reduce(dst=t10[0:128, 0:1], data=t11[0:128, 0:2048], op=nl.add, axis=1)
+                nisa.tensor_scalar(dst=div7[0:128, 0:2048], data=t11[0:128, 0:2048], operand0=t10[0:128, 0:1], op0=nl.divide)
+                for i_q in nl.affine_range(4):
+                    tp11 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp11[0:128, 0:128], data=div7[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp11[0:128, 128:256], data=div7[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp11[0:128, 256:384], data=div7[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp11[0:128, 384:512], data=div7[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=div6_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.scalar)
+                o3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(16):
+                    nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=div6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
+                nisa.tensor_copy(dst=o3[0:128, 0:128], src=acc7[0:128, 0:128], engine=nisa.engine.scalar)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o3[0:128, 0:128])
     return out

@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, silu, matmul, mul; row tile 128 x block 4, matmul n tile 512, n block 1024, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 124, 0.23 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 63.9, 0.83 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -53,7 +53,7 @@ def gated_projection(x, w1, w2):
                     for i_kt in nl.affine_range(16):
                         nisa.nc_matmul(dst=acc1[0:128, 0:512], stationary=lhsT[0:128, nl.ds(i_r * 2048 + i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 1024 + i_nt * 512, 512)])
                     # silu, mul: 2 instruction(s), proved
-                    t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                    t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                     nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
                     nisa.tensor_tensor(dst=o[0:128, nl.ds(i_nt * 512, 512)], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_nb * 1024, 1024)], src=o[0:128, 0:1024])

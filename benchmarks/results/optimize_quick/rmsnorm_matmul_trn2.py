@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, mul, sum, div, add, sqrt, div; row tile 128 x block 8, matmul n tile 512, n block 1024, k tile 128
 lowerings: add (synthesis, proved), div (synthesis, proved), matmul (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.999, 0.88 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 1.99, 0.26 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -22,13 +22,13 @@ def rmsnorm_matmul(x, w):
     DT = x.dtype
     out = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: matmul, mul, sum, div, add, sqrt, div  (rows 128 x 8 per block, n_tile 512, n_block 1024)
-    sqrt_blk = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    sqrt_blk = nl.ndarray((128, 8), dtype=DT, buffer=nl.sbuf)
     x1_T = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
     for i_r in nl.affine_range(8):
         x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_r * 128, 128), 0:4096])
         # mul, sum, div, add, sqrt: 3 instruction(s), proved
-        t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
         nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, op0=nl.divide)
