@@ -8,9 +8,9 @@ scale(L) the product, over the cut loops around L, of (iterations in full) / (it
 the instances of L inside the skipped iterations of an outer loop. T(L longer) runs L STEP
 iterations longer in each of its instances (two: a schedule that alternates between two states,
 as DMA queues taken in turn make it, averages out; one more iteration would time one state).
-Loops with the same multiple skipped(L) x scale(L) / cut(L), none inside another, share that run (the kernel runs all of them longer; what they
-add is summed): a causal kernel's copies of one loop nest, one per run of row blocks, cost one
-run, not one each. So the cost is one simulation and estimate of the cut kernel and one more per
+Loops with the same multiple skipped(L) x scale(L) / cut(L), none inside another, share that run
+(the kernel runs all of them longer; what they add is summed): a causal kernel's copies of one
+loop nest, one per run of row blocks, cost one run, not one each. So the cost is one simulation and estimate of the cut kernel and one more per
 group of cut loop statements: it grows with the kernel's distinct loop bodies, not its iteration
 counts. Where no loop is long enough to cut, the first run is the whole kernel and its latency is
 the full path's, exactly.
