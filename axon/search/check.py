@@ -32,7 +32,7 @@ from axon.errors import UnsupportedError
 from axon.fusion.nodes import RowWorld
 from axon.ir import Graph, Node, make_node
 from axon.search.candidates import Candidate, emit, packed_world
-from axon.search.select import Check, check_candidate, compare
+from axon.search.select import Check, check_candidate, compare, start_check_run
 from axon.semantics.bounds import Tolerance, kernel_reference
 from axon.semantics.ops import ConstParams, Op
 from axon.semantics.sizes import Size
@@ -121,12 +121,13 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
     what its full kernel already gave on `data` (then nothing runs)."""
     world, g, wsizes = packed_world(graph, cand.options.packed, sizes, cand.options.fold)
     narrow = narrow_values(cand.passes, cand.options)
-    if rows is None:
-        want, tol = _reference(graph, world.graph, g, cand, dict(data), sizes, dtype, narrow)
-    else:
-        want, tol = _reference_on_rows(graph, world.graph, g, cand, data, sizes, dtype, narrow, rows)
+
+    def reference():
+        if rows is None:
+            return _reference(graph, world.graph, g, cand, dict(data), sizes, dtype, narrow)
+        return _reference_on_rows(graph, world.graph, g, cand, data, sizes, dtype, narrow, rows)
     if outputs is not None:
-        return compare(outputs, want, tol)
+        return compare(outputs, *reference())
     source = cand.source
     outputs_of = None
     if rows is not None:
@@ -134,7 +135,15 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
         block_rows = tuple((s // g, e // g) for s, e in rows.ranges)
         source = emit(name, target, world, cand, wsizes, dtype, lowerer, rows=block_rows)
         outputs_of = lambda outs: [_take(np.asarray(o), a, rows) for o, a in zip(outs, out_axes)]
-    return check_candidate(target, source, dict(data), want, tol, outputs_of)
+    # the kernel runs in its sandbox while this process computes the reference: at Llama-70B
+    # sizes each takes tens of seconds, and neither needs the other
+    run = start_check_run(target, source, dict(data), partial=rows is not None)
+    try:
+        want, tol = reference()
+    except BaseException:
+        run.cancel()
+        raise
+    return check_candidate(target, source, dict(data), want, tol, outputs_of, started=run)
 
 
 def _reference(graph: Graph, kernel_graph: Graph, g: int, cand: Candidate, ref_in: dict, sizes, dtype: str,

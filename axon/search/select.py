@@ -127,12 +127,20 @@ def _valid_timing(value) -> Optional[Timing]:
     return Timing(float(latency), error, work, exact) if ok or failed else None
 
 
+def start_check_run(target, source: str, inputs: dict, partial: bool = False):
+    """The run of `source` with data, started in its sandbox and not waited for: the caller
+    computes the reference meanwhile and gives the run to check_candidate (`started`)."""
+    return target.run(source, inputs, timing_only=False, partial=partial, wait=False)
+
+
 def check_candidate(target, source: str, inputs: dict, expected: tuple, tolerance: Tolerance,
-                    outputs_of: Optional[Callable[[list], list]] = None) -> Check:
+                    outputs_of: Optional[Callable[[list], list]] = None, started=None) -> Check:
     """Run `source` with data and compare its outputs (or `outputs_of` them: the rows a partial
-    check's kernel ran, the others left unwritten) with `expected` under `tolerance`."""
+    check's kernel ran, the others left unwritten) with `expected` under `tolerance`; `started`:
+    that run, already under way (start_check_run)."""
     try:
-        m = target.run(source, inputs, timing_only=False, partial=outputs_of is not None)
+        m = (started.result() if started is not None
+             else target.run(source, inputs, timing_only=False, partial=outputs_of is not None))
     except AxonError as err:
         return Check(False, float("inf"), 0.0, str(err), tolerance=tolerance.summary())
     return compare(m.outputs if outputs_of is None else outputs_of(m.outputs), expected, tolerance)

@@ -166,3 +166,16 @@ def test_a_timing_only_run_maps_but_never_touches_a_huge_hbm_scratch():
     assert report.estimate.latency_ns > 0
     message, _ = failing(HUGE_SCRATCH, memory_mb=500)
     assert "500 MB memory limit" in message and "MemoryError" in message
+
+
+def test_a_finished_run_is_read_after_its_deadline_when_the_caller_was_busy():
+    """A check starts its kernel run, then computes the reference (tens of seconds at Llama-70B
+    sizes): a run that finished in time, its answer larger than the pipe holds, is not killed for
+    the time it waited to be read; a run that does not answer still is."""
+    big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: the child blocks on the full pipe
+    answered = sandbox.start(lambda: big * 2, "big answer", sandbox.Limits(timeout_s=0.5))
+    silent = sandbox.start(lambda: time.sleep(60), "silent", sandbox.Limits(timeout_s=0.5))
+    time.sleep(2.0)  # the caller is busy past both deadlines
+    assert np.array_equal(answered.result(), big * 2)
+    with pytest.raises(KernelError, match="wall-clock limit"):
+        silent.result()

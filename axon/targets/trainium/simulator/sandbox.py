@@ -381,22 +381,32 @@ class Child:
 
 
 def _read_any(waiting: Child) -> None:
-    """Read whatever the running children have written, until `waiting`'s deadline at most."""
+    """Read whatever the running children have written, until `waiting`'s deadline at most. A
+    child past its deadline is killed unless it has begun to answer: it finished in time and only
+    waited for the caller to read (who may compute something else beside a run before asking)."""
+    _read_ready(0.0)
     now = time.monotonic()
-    for child in [c for c in _RUNNING if c.deadline <= now]:
+    for child in [c for c in _RUNNING if c.deadline <= now and not c.chunks]:
         child._expire()
     if waiting.closed:
         return
-    ready, _, _ = select.select([c.fd for c in _RUNNING], [], [], max(0.0, waiting.deadline - now))
-    if not ready:
+    if not _read_ready(None if waiting.chunks else max(0.0, waiting.deadline - now)):
         waiting._expire()
-        return
+
+
+def _read_ready(timeout: float | None) -> bool:
+    """Read what the running children have written, waiting up to `timeout` (None: until one
+    writes) for the first of them; whether any had written."""
+    if not _RUNNING:
+        return False
+    ready, _, _ = select.select([c.fd for c in _RUNNING], [], [], timeout)
     for child in [c for c in _RUNNING if c.fd in ready]:
         chunk = os.read(child.fd, 1 << 20)
         if chunk:
             child.chunks.append(chunk)
         else:
             child._finish()
+    return bool(ready)
 
 
 def sandboxed(label_path):
