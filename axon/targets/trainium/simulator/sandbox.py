@@ -36,6 +36,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
+from threadpoolctl import threadpool_limits
+
 from axon.errors import AxonError, KernelError
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -112,6 +114,10 @@ def _limit_child(lim: Limits, path: str) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
+    # one BLAS thread: a simulation is one of several processes sharing the cores (the ranking
+    # executor's, a check's beside its reference), and a kernel's matmuls are small (128 x 128 x
+    # 512 per instruction), where OpenBLAS's threads only contend for them
+    threadpool_limits(1, user_api="blas")
     cpu = int(lim.cpu_s + 0.999)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     base = _vm_bytes()
