@@ -30,8 +30,7 @@ def reduce_div_matmul(x, y, w):
             y_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=y_t[0:128, 0:8192], src=y[nl.ds(i_rb * 512 + i_r * 128, 128), 0:8192])
             # sum: 1 instruction(s), proved
-            t = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation_reduce(dst=t[0:128, 0:8192], reduce_res=sum_blk[0:128, nl.ds(i_r, 1)], data=y_t[0:128, 0:8192], op=nl.copy, reduce_op=nl.add)
+            nisa.tensor_reduce(dst=sum_blk[0:128, nl.ds(i_r, 1)], data=y_t[0:128, 0:8192], op=nl.add, axis=1)
         lhsT = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
             x_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
@@ -42,7 +41,7 @@ def reduce_div_matmul(x, y, w):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, nl.ds(i_q * 512 + 128, 128)])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=x_t[0:128, nl.ds(i_q * 512 + 256, 128)])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=x_t[0:128, nl.ds(i_q * 512 + 384, 128)])
-                nisa.tensor_copy(dst=lhsT[0:128, nl.ds(i_r * 8192 + i_q * 512, 512)], src=tp, engine=nisa.engine.vector)
+                nisa.tensor_copy(dst=lhsT[0:128, nl.ds(i_r * 8192 + i_q * 512, 512)], src=tp, engine=nisa.engine.scalar)
         for i_nb in nl.affine_range(56):
             w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(64):

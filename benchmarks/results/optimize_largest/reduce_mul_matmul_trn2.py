@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, sum, mul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), sum (synthesis, proved)
-checked:  on m rows 0:512, 1536:2048 of 2048 (2 of 4 blocks of 512 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 449, 0.17 of its per-element error bound
+checked:  on m rows 0:512, 1536:2048 of 2048 (2 of 4 blocks of 512 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 256, 0.62 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -25,7 +25,7 @@ def reduce_mul_matmul(x, y, w):
     out = nl.ndarray((2048, 28672), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: matmul, sum, mul  (rows 128 x 4 per block, n_tile 512, n_block 512)
     for i_rb in nl.affine_range(4):
-        sum_blk = nl.ndarray((128, 4), dtype=DT, buffer=nl.sbuf)
+        sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
         for i_r in nl.affine_range(4):
             y_t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
             nisa.dma_copy(dst=y_t[0:128, 0:8192], src=y[nl.ds(i_rb * 512 + i_r * 128, 128), 0:8192])

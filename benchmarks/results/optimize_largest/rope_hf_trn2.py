@@ -53,10 +53,10 @@ def rope_hf(x, cos, sin):
         concatenate1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
         scratch_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         nisa.dma_copy(dst=scratch_t[0:128, 0:4096], src=scratch[nl.ds(i_rb * 128, 128), 0:4096])
-        nisa.tensor_copy(dst=concatenate1[0:128, 0:4096], src=scratch_t[0:128, 0:4096], engine=nisa.engine.gpsimd)
+        nisa.tensor_copy(dst=concatenate1[0:128, 0:4096], src=scratch_t[0:128, 0:4096])
         x_t2 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
         nisa.dma_copy(dst=x_t2[0:128, 0:8192], src=x[nl.ds(i_rb * 128, 128), 0:8192])
-        nisa.tensor_copy(dst=concatenate1[0:128, 4096:8192], src=x_t2[0:128, 0:4096], engine=nisa.engine.gpsimd)
+        nisa.tensor_copy(dst=concatenate1[0:128, 4096:8192], src=x_t2[0:128, 0:4096])
         nisa.dma_copy(dst=scratch1[nl.ds(i_rb * 128, 128), 0:8192], src=concatenate1[0:128, 0:8192])
     # pass 4: mul  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(32):
@@ -76,6 +76,6 @@ def rope_hf(x, cos, sin):
         nisa.dma_copy(dst=scratch3_t[0:128, 0:8192], src=scratch3[nl.ds(i_rb * 128, 128), 0:8192])
         add1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
         # add: 1 instruction(s), proved
-        nisa.tensor_tensor(dst=add1[0:128, 0:8192], data1=scratch2_t[0:128, 0:8192], data2=scratch3_t[0:128, 0:8192], op=nl.add, engine=nisa.engine.gpsimd)
+        nisa.tensor_tensor(dst=add1[0:128, 0:8192], data1=scratch2_t[0:128, 0:8192], data2=scratch3_t[0:128, 0:8192], op=nl.add)
         nisa.dma_copy(dst=out[nl.ds(i_rb * 128, 128), 0:8192], src=add1[0:128, 0:8192])
     return out

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1
 lowerings: add (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0527, 1.00 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0703, 0.98 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -34,11 +34,11 @@ def rope(x, cos, sin):
         sub1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         # mul, mul, sub, mul, mul, add: 6 instruction(s), proved
-        t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
-        t1 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply)
-        nisa.tensor_tensor(dst=sub1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.subtract, engine=nisa.engine.gpsimd)
+        t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply)
+        t1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
+        nisa.tensor_tensor(dst=sub1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.subtract)
         nisa.tensor_tensor(dst=t[0:128, 0:4096], data1=x_t[0:128, 1:8192:2], data2=cos_t[0:128, 0:4096], op=nl.multiply)
         nisa.tensor_tensor(dst=t1[0:128, 0:4096], data1=x_t[0:128, 0:8192:2], data2=sin_t[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
         nisa.tensor_tensor(dst=add1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=t1[0:128, 0:4096], op=nl.add)
