@@ -10,6 +10,7 @@ changes: the same elements are addressed, which every candidate's simulation che
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 _FOR = re.compile(r"^\s*for (\w+) in ")
@@ -43,6 +44,7 @@ def tidy(lines: list[str], constants: dict[int, tuple[str, int]]) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)  # candidates of one search share most of their lines
 def simplify_subscripts(line: str) -> str:
     """Every `name[...]` subscript of `line` with its bounds simplified."""
     pieces, i = [], 0
@@ -105,6 +107,7 @@ def _axis(text: str) -> str:
     return f"{_print(start)}:{_print(stop)}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _expr(text: str) -> str:
     terms = _linear(text) if text else None
     return text if terms is None else _print(terms)
