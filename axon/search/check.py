@@ -160,15 +160,20 @@ def _reference(graph: Graph, kernel_graph: Graph, g: int, cand: Candidate, ref_i
 
 def _reference_on_rows(graph, kernel_graph, g, cand, data, sizes, dtype, narrow, rows: CheckedRows):
     """The reference on the checked rows only: one window of rows at a time, each computed by the
-    program on those rows where its positions start at the window's first row (rows_window)."""
+    program on those rows where its positions start at the window's first row (rows_window); all
+    the rows at once where the program reads no position of a row (at Llama sizes, each window
+    reads the whole weight)."""
     row = RowWorld.of(graph).row
     in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
+    # rows_window moves exactly the aranges of the row dimension
+    positional = any(n.op is Op.IOTA and rows.dim in n.params.size.symbols for n in kernel_graph.nodes())
     parts = []
-    for start, stop in rows.ranges:
-        window = CheckedRows(rows.dim, rows.rows, rows.block, ((start, stop),))
+    for ranges in ([(r,) for r in rows.ranges] if positional else [rows.ranges]):
+        window = CheckedRows(rows.dim, rows.rows, rows.block, ranges)
+        start = ranges[0][0]
         ref_in = {k: _take(v, in_axes[k], window) for k, v in data.items()}
         shifted, moved = rows_window(kernel_graph, rows.dim, start, rows.rows)
-        parts.append(_reference(graph, shifted, g, cand, ref_in, {**sizes, rows.dim: stop - start}, dtype,
+        parts.append(_reference(graph, shifted, g, cand, ref_in, {**sizes, rows.dim: window.checked}, dtype,
                                 frozenset(moved.get(n, n) for n in narrow)))
     return _joined(parts, _out_axes(graph))
 

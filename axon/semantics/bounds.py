@@ -92,6 +92,18 @@ def unit_roundoff(dtype) -> float:
     return 0.0 if dt.kind in "iub" else float(_finfo(dt).eps) / 2
 
 
+def _holds(wide, narrow) -> bool:
+    """Every value of float dtype `narrow` is a value of float dtype `wide`."""
+    wide, narrow = np.dtype(wide), np.dtype(narrow)
+    if wide == narrow:
+        return True
+    if narrow.kind not in "fV" or wide.kind not in "fV":
+        return False
+    w, n = _finfo(wide), _finfo(narrow)
+    return (n.nmant <= w.nmant and n.maxexp <= w.maxexp
+            and n.minexp - n.nmant >= w.minexp - w.nmant)  # subnormals included
+
+
 def _tiny(dtype) -> float:
     """Half the smallest subnormal: the absolute error of a rounding that underflows."""
     dt = np.dtype(dtype)
@@ -272,9 +284,12 @@ class _Bounded:
                     _clean(np.hypot(rand, fresh_rand)))
 
     def exact(self, x) -> _Val:
-        """An input or a constant: the kernel holds it exactly, or narrowed (a known, fixed error)."""
-        x = np.asarray(x, np.float64)
-        e = self.narrowed(x)
+        """An input or a constant: the kernel holds it exactly, or narrowed (a known, fixed error).
+        An array whose dtype the intermediate one holds (a bf16 weight) loses nothing: no pass
+        over it (at Llama sizes each is a pass over GBs)."""
+        src = np.asarray(x)
+        x = np.asarray(src, np.float64)
+        e = np.zeros(x.shape) if _holds(self.mid, src.dtype) else self.narrowed(x)
         return _Val(x, e, e, np.zeros(x.shape))
 
     def const(self, value) -> _Val:
@@ -427,7 +442,7 @@ def _whole_reference(graph: Graph, arrays, precision: Precision, narrow, binding
     shifts = normalized_shifts(graph)
     for i, node in enumerate(nodes):
         if node.op is Op.INPUT:
-            env[node] = alg.exact(np.asarray(arrays[node.params.name]).astype(np.float64))
+            env[node] = alg.exact(arrays[node.params.name])
             continue
         alg.u_store = u_store if narrow is None or node in narrow else 0.0
         env[node], k = _node(node, [env[x] for x in node.inputs], alg, binding)
@@ -562,24 +577,28 @@ def _max_spread(x, e, m, ax, keep):
 
 def _abs_matmul(x, y) -> np.ndarray:
     """x @ y for non-negative x, y (magnitudes and error bounds), in float32 for speed (a check at
-    Llama sizes spends most of its reference time here): every term is non-negative, so the float32
-    result is at least (1 - gamma_K) of the exact one, and dividing by that keeps it an upper bound."""
+    Llama sizes spends most of its reference time here): every term is non-negative, so each of
+    the float32 roundings only scales a term by at least (1 - u): the K - 1 additions, the product,
+    and up to three in each operand (rounded to float32, squared there: _matmul), K + 6 in all.
+    Dividing by (1 - gamma_(K+6)) keeps the result an upper bound."""
     K = np.shape(x)[-1]
     out = np.matmul(np.asarray(x, np.float32), np.asarray(y, np.float32)).astype(np.float64)
-    return out / (1 - gamma(K + 1, unit_roundoff(np.float32)))
+    return out / (1 - gamma(K + 6, unit_roundoff(np.float32)))
 
 
 def _matmul(a: _Val, b: _Val, alg: _Bounded) -> tuple[_Val, int]:
     K = a.v.shape[-1]
     v = np.matmul(a.v, b.v)
-    absa, absb = np.abs(a.v), np.abs(b.v)
+    # |A| and |B| in float32 once: at Llama sizes B is a GB-sized weight that every term below reads
+    absa, absb = np.abs(a.v, dtype=np.float32), np.abs(b.v, dtype=np.float32)
     mag = _abs_matmul(absa, absb)
 
     def propagated(ea, eb):  # (|A| + E_A)(|B| + E_B) - |A||B| = E_A (|B| + E_B) + |A| E_B
         out = np.zeros(v.shape)
+        exact_b = not np.any(eb)
         if np.any(ea):
-            out = out + _abs_matmul(np.broadcast_to(ea, a.v.shape), absb + eb)
-        if np.any(eb):
+            out = out + _abs_matmul(np.broadcast_to(ea, a.v.shape), absb if exact_b else np.abs(b.v) + eb)
+        if not exact_b:
             out = out + _abs_matmul(absa, np.broadcast_to(eb, b.v.shape))
         return out
 
@@ -589,9 +608,9 @@ def _matmul(a: _Val, b: _Val, alg: _Bounded) -> tuple[_Val, int]:
     # of the result: spent into the fixed part (first order in them)
     spent = np.zeros(v.shape)
     if np.any(a.rand):
-        spent = spent + _abs_matmul(np.broadcast_to(a.rand, a.v.shape) ** 2, absb ** 2)
+        spent = spent + _abs_matmul(np.broadcast_to(a.rand, a.v.shape) ** 2, np.square(absb))
     if np.any(b.rand):
-        spent = spent + _abs_matmul(absa ** 2, np.broadcast_to(b.rand, b.v.shape) ** 2)
+        spent = spent + _abs_matmul(np.square(absa), np.broadcast_to(b.rand, b.v.shape) ** 2)
     fixed = propagated(a.fixed, b.fixed) + LAMBDA * np.sqrt(spent)
     # K products and K - 1 additions into PSUM, each an independent error of at most u sum|a||b|
     rand = alg.u_acc * np.sqrt(2 * K) * mag

@@ -122,3 +122,27 @@ def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bo
     assert ptol.reduction == tol.reduction
     # an input that varies along axis 0 under another symbol cannot be sliced with the rest
     assert bounds._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
+
+
+def test_a_reference_without_positions_takes_all_checked_rows_at_once_with_the_same_result(direct, monkeypatch):
+    import axon.search.check as check_module
+
+    data = MATMUL.random_inputs(SIZES, "bfloat16", seed=6)
+    rows = CheckedRows("m", 4096, 128, ((0, 128), (2048, 2176), (3968, 4096)))
+    windows = []
+    real = check_module._reference
+    monkeypatch.setattr(check_module, "_reference", lambda *args: windows.append(args[5]) or real(*args))
+    want, tol = check_module._reference_on_rows(MATMUL.graph, MATMUL.graph, 1, direct, data, SIZES, "bfloat16",
+                                                frozenset(), rows)
+    assert [w["m"] for w in windows] == [3 * 128]  # one reference over the three windows' rows, not one per window
+    sliced = {k: (v[np.r_[0:128, 2048:2176, 3968:4096]] if k == "x" else v) for k, v in data.items()}
+    alone, alone_tol = kernel_reference(MATMUL.graph, sliced, "bfloat16", narrow=frozenset())
+    assert np.array_equal(want[0], alone[0]) and np.array_equal(tol.bounds[0], alone_tol.bounds[0])
+    # a causal mask reads each row's position: its windows are computed one at a time
+    causal = SUITE["causal_gqa"].program
+    sizes = {"kv": 1, "g": 1, "s": 512, "t": 512, "d": 64}
+    cand = direct_lowering("causal_gqa", causal.graph, sizes, TRN2, "bfloat16", Lowerer(TRN2))
+    windows.clear()
+    check_module._reference_on_rows(causal.graph, causal.graph, 1, cand, causal.random_inputs(sizes, "bfloat16"),
+                                    sizes, "bfloat16", frozenset(), CheckedRows("s", 512, 128, ((0, 128), (384, 512))))
+    assert len(windows) == 2

@@ -245,3 +245,18 @@ def test_a_value_float32_cannot_hold_is_unbounded_and_a_derived_operators_inner_
     assert compare([got], want, tol).ok
     got[0, 2] *= 1.001
     assert not compare([got], want, tol).ok
+
+
+def test_an_input_the_intermediate_dtype_holds_has_no_narrowing_error_and_others_keep_theirs():
+    from axon.semantics.bounds import _Bounded, _holds
+
+    bf16, fp8 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
+    assert _holds(np.float32, bf16) and _holds(bf16, fp8) and _holds(np.float32, np.float16)
+    assert not _holds(bf16, np.float32) and not _holds(bf16, np.float16) and not _holds(np.float32, np.int32)
+    alg = _Bounded(Precision.of_kernel("bfloat16"))
+    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
+    held, wide = alg.exact(x.astype(bf16)), alg.exact(x)
+    # the shortcut is what narrowing would have computed: nothing lost for bf16 values ...
+    assert not held.det.any() and np.array_equal(alg.narrowed(held.v), held.det)
+    # ... while float32 values stored in a bf16 kernel lose up to u_bf16 of themselves
+    assert wide.det.any() and (wide.det <= 2.0 ** -8 * np.abs(x)).all()
