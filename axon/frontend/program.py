@@ -160,13 +160,39 @@ class Program:
                 for node in self.graph.inputs}
 
     def random_inputs(self, sizes: Mapping[str, int], dtype="float32", seed: int = 0) -> dict[str, np.ndarray]:
-        """Random inputs at concrete sizes (standard normal), for checks and demos. Drawn in float32
-        unless float64 is asked for: a Llama-70B weight is 235M elements, and float64 draws double
-        the time and memory of what a bf16 or fp32 check needs."""
-        rng = np.random.default_rng(seed)
-        draw = np.float64 if np.dtype(dtype_named(dtype)) == np.float64 else np.float32
-        return {name: rng.standard_normal(spec.shape, dtype=draw).astype(spec.dtype, copy=False)
-                for name, spec in self.input_shapes(sizes, dtype).items()}
+        """Random inputs at concrete sizes (standard normal), for checks and demos: the same for a
+        seed on any machine (`standard_normal`)."""
+        streams = np.random.SeedSequence(seed).spawn(len(self.graph.inputs))
+        return {name: standard_normal(spec.shape, spec.dtype, stream)
+                for (name, spec), stream in zip(self.input_shapes(sizes, dtype).items(), streams)}
+
+
+DRAW_BLOCK = 1 << 22  # elements drawn from one stream
+
+
+def standard_normal(shape: tuple[int, ...], dtype, seed: np.random.SeedSequence) -> np.ndarray:
+    """Standard normal values of `dtype`, block by block, each block from its own stream of `seed`,
+    drawn on all cores: a Llama-70B weight (235M elements) takes seconds, not the check's whole
+    budget. The values depend on the seed only, not on the number of threads. Drawn in float32
+    unless float64 is asked for (double the time and memory of what a bf16 or fp32 check needs)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    draw = np.float64 if out.dtype == np.float64 else np.float32
+    blocks = seed.spawn(-(-flat.size // DRAW_BLOCK))
+
+    def fill(i: int) -> None:  # numpy draws and casts without the GIL: the threads run at once
+        start = i * DRAW_BLOCK
+        part = flat[start:start + DRAW_BLOCK]
+        part[...] = np.random.default_rng(blocks[i]).standard_normal(part.size, dtype=draw)
+    if len(blocks) == 1:
+        fill(0)
+    else:
+        with ThreadPoolExecutor(min(len(blocks), os.cpu_count() or 1)) as pool:
+            list(pool.map(fill, range(len(blocks))))
+    return out
 
 
 @dataclass(frozen=True)

@@ -99,3 +99,22 @@ def test_frontend_surface():
     m = (y + z).mean(axis=(1, 2), keepdims=True) + x.max(-1, keepdims=True).sum(1, keepdims=True)
     np.testing.assert_allclose(out_a, np.cumsum(np.transpose(-x * m, (0, 2, 1))[:, 1:, 0::2], axis=1), rtol=1e-10)
     np.testing.assert_allclose(out_b, x.T)
+
+
+def test_random_inputs_depend_on_the_seed_only_not_on_the_threads_drawing_them(monkeypatch):
+    import importlib
+    import os
+
+    from axon.suite import SUITE
+
+    program = importlib.import_module("axon.frontend.program")  # the module, not axon.program
+    monkeypatch.setattr(program, "DRAW_BLOCK", 1000)  # several blocks, so several threads
+    prog, sizes = SUITE["matmul"].program, {"m": 64, "k": 96, "n": 48}
+    many = prog.random_inputs(sizes, "bfloat16", seed=3)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    one = prog.random_inputs(sizes, "bfloat16", seed=3)
+    assert all(one[k].dtype == ml_dtypes.bfloat16 and np.array_equal(one[k], many[k]) for k in one)
+    other = prog.random_inputs(sizes, "bfloat16", seed=4)
+    assert not np.array_equal(other["x"], one["x"]) and not np.array_equal(one["x"], one["w"][:64, :96])
+    x = np.asarray(one["x"], np.float64)
+    assert abs(x.mean()) < 0.05 and abs(x.std() - 1) < 0.05  # standard normal

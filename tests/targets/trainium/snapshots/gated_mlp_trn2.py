@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, silu, matmul, mul, matmul; row tile 128 x block 1, matmul n tile 256, n block whole width, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 40.2, 0.33 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 75, 0.39 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
