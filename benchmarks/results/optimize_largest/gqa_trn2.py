@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, max, sub, exp, matmul, sum, div; row tile 128 x block 2, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  on s rows 0:256, 1792:2048 of 2048 (2 of 8 blocks of 256 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.0155, 0.52 of its per-element error bound
+checked:  on s rows 0:256, 1792:2048 of 2048 (2 of 8 blocks of 256 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.0155, 0.59 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

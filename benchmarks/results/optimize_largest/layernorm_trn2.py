@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   sum, div, sub, mul, sum, div, add, sqrt, div, mul, add; row tile 128 x block 1, rows walked in column chunks of 4096
 lowerings: add (synthesis, proved), div (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0848, 0.96 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0845, 0.97 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   mul; row tile 128 x block 8, 2 column chunks per row tile
 lowerings: mul (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0518, 0.99 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0312, 0.99 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

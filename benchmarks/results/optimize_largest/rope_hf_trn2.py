@@ -9,7 +9,7 @@ pass 3:   concatenate; row tile 128 x block 1
 pass 4:   mul; row tile 128 x block 1
 pass 5:   add; row tile 128 x block 1
 lowerings: add (synthesis, proved), concatenate (?), mul (synthesis, proved), neg (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0684, 0.99 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0708, 0.99 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
