@@ -26,9 +26,16 @@ at full length the loop bounds the time instead, so the extension would be wrong
 fails is timed again loop by loop; a single loop that fails runs whole, and every decision is
 taken again (cutting it later does not help: the hidden share shrinks only as the cut approaches
 the loop's length).
+
+Whether sampling can pay is known before any run for a kernel whose loops have literal trip
+counts and whose instructions are `nisa` calls (Axon's own): `static_counts` counts what the cut
+and the whole kernel issue from the source, by the same rules as the simulator's sampling. Where
+even one longer run would cost more than sampling saves, the kernel runs whole at once, instead of
+a cut run that only shows it.
 """
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -36,6 +43,7 @@ from fractions import Fraction
 from axon.targets.trainium.hardware import HardwareDescription
 from axon.targets.trainium.perfmodel import estimate
 from axon.targets.trainium.simulator import LoopSampling, simulate
+from axon.targets.trainium.simulator.sampling import MIN_BODY, MIN_TRIP
 
 KEEP = 2  # iterations a cut loop runs; the extension is the time of one more
 STEP = 2  # iterations the longer runs add (the extension is their average)
@@ -107,6 +115,9 @@ def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = K
         cut_loops = _cut_loops(sampling) if sampling else {}
         return estimate(res.trace, hw, cut_loops=cut_loops, busy_of=busy_of), res.trace, cut_loops
 
+    counts = static_counts(kernel.source, keep)
+    if counts is not None and counts[0] < counts[1] and 2 * counts[0] > SAVING * counts[1]:
+        return SampledLatency(timed(None)[0].latency_ns, work, True, {})  # not even one longer run pays
     whole: dict = {}  # loops whose extension was not trusted: they run whole
     while True:
         cut = LoopSampling(keep, decided=dict(whole))
@@ -140,6 +151,65 @@ def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = K
             return SampledLatency(latency, work, False, loops)
         whole.update(dict.fromkeys(untrusted, False))
     return SampledLatency(timed(None)[0].latency_ns, work, True, {})
+
+
+_LOOPS = ("affine_range", "sequential_range", "static_range")
+_NOT_INSTRUCTIONS = ("ndarray", "ds", "arange", "par_dim")  # nl calls that issue nothing
+
+
+def static_counts(source: str, keep: int = KEEP) -> tuple[int, int] | None:
+    """(instructions a sampled run issues, instructions the whole kernel issues), counted from the
+    source of a kernel whose loops are `nl.*_range` over literal integers and whose instructions are
+    `nisa.*` calls, cut by the simulator's rule (simulator/sampling.py: a loop of at least MIN_TRIP
+    iterations whose first iteration, itself cut, issues at least MIN_BODY); None for any other."""
+    try:
+        fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
+        return _counts(fn.body, keep)
+    except (SyntaxError, StopIteration, _Unknown):
+        return None
+
+
+class _Unknown(Exception):
+    """A statement whose instruction count the source does not give."""
+
+
+def _counts(body: list, keep: int) -> tuple[int, int]:
+    cut = whole = 0
+    for stmt in body:
+        if isinstance(stmt, ast.For):
+            trip = _trip(stmt.iter)
+            if stmt.orelse:
+                raise _Unknown
+            inner_cut, inner_whole = _counts(stmt.body, keep)
+            runs = keep if trip >= MIN_TRIP and inner_cut >= MIN_BODY else trip
+            cut, whole = cut + runs * inner_cut, whole + trip * inner_whole
+        elif isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Assert, ast.Return, ast.Pass)):
+            n = sum(_issues(c) for c in ast.walk(stmt) if isinstance(c, ast.Call))
+            cut, whole = cut + n, whole + n
+        else:  # if, while, with, try, a nested def: control the source does not count
+            raise _Unknown
+    return cut, whole
+
+
+def _trip(it) -> int:
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _LOOPS
+            and not it.keywords and all(isinstance(a, ast.Constant) and type(a.value) is int for a in it.args)):
+        raise _Unknown
+    bounds = [a.value for a in it.args]
+    return len(range(*bounds))
+
+
+def _issues(call: ast.Call) -> int:
+    """1 for an instruction (`nisa.*`), 0 for an allocation or index helper (`nl.ndarray`, ...)."""
+    f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+        if f.value.id == "nisa":
+            return 1
+        if f.value.id == "nl" and f.attr in _NOT_INSTRUCTIONS:
+            return 0
+    if isinstance(f, ast.Name) and f.id in ("tuple", "len", "range", "int", "min", "max"):
+        return 0
+    raise _Unknown
 
 
 def _extra_iteration(ins, sampling: LoopSampling, keep: int):

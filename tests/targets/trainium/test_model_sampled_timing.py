@@ -166,3 +166,33 @@ def test_busy_time_is_shared_out_as_asked():
     for engine, busy in est.engine_busy_ns.items():
         assert sum(ns for (_, e), ns in est.busy_by.items() if e == engine) == pytest.approx(busy)
     assert {op for op, _ in est.busy_by} == {i.opcode for i in trace}
+
+
+# a cut 8-iteration pass beside an uncut 4-iteration one: cutting saves 300 of 600 instructions,
+# less than one longer run would cost
+NOT_WORTH = (NEW + "@nki.jit\ndef mm(xT, w):\n" + hbm_out("out") + hbm_out("out2")
+             + matmul_pass("out").replace("i_n in nl.affine_range(16)", "i_n in nl.affine_range(8)")
+             + matmul_pass("out2").replace("i_n in nl.affine_range(16)", "i_n in nl.affine_range(4)")
+             + "    return out, out2\n")
+
+
+@pytest.mark.parametrize("source, inputs", [(MATMUL, MATMUL_IN), (TWO_PASSES, MATMUL_IN), (HIDDEN, HIDDEN_IN),
+                                            (REREAD, REREAD_IN), (NOT_WORTH, MATMUL_IN)])
+def test_the_source_counts_what_the_cut_and_the_whole_kernel_issue(source, inputs):
+    cut = LoopSampling(2)
+    cut_run = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=cut)
+    _, issued = full_latency(source, inputs)
+    assert sampled_timing.static_counts(source) == (len(cut_run.trace), issued)
+
+
+def test_a_kernel_where_sampling_cannot_pay_runs_whole_without_a_cut_run_first():
+    full, issued = full_latency(NOT_WORTH, MATMUL_IN)
+    assert sampled_timing.static_counts(NOT_WORTH) == (300, 600)
+    got = sampled_latency(load_source(NOT_WORTH, "<n>", None), MATMUL_IN, HW)
+    assert got.exact and got.latency_ns == full and got.work == issued  # no cut run spent before it
+
+
+def test_a_kernel_the_source_cannot_count_is_left_to_the_runs():
+    assert sampled_timing.static_counts(MATMUL.replace("nl.affine_range(16)", "range(16)")) is None
+    assert sampled_timing.static_counts(MATMUL.replace("    return out\n", "    if True:\n        return out\n")) is None
+    assert sampled_timing.static_counts(MATMUL.replace("nisa.tensor_copy(", "nl.copy(")) is None
