@@ -115,7 +115,7 @@ def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = K
         cut_loops = _cut_loops(sampling) if sampling else {}
         return estimate(res.trace, hw, cut_loops=cut_loops, busy_of=busy_of), res.trace, cut_loops
 
-    counts = static_counts(kernel.source, keep)
+    counts = static_counts(kernel.source, kernel.name, keep)
     if counts is not None and counts[0] < counts[1] and 2 * counts[0] > SAVING * counts[1]:
         return SampledLatency(timed(None)[0].latency_ns, work, True, {})  # not even one longer run pays
     whole: dict = {}  # loops whose extension was not trusted: they run whole
@@ -157,13 +157,14 @@ _LOOPS = ("affine_range", "sequential_range", "static_range")
 _NOT_INSTRUCTIONS = ("ndarray", "ds", "arange", "par_dim")  # nl calls that issue nothing
 
 
-def static_counts(source: str, keep: int = KEEP) -> tuple[int, int] | None:
+def static_counts(source: str, name: str | None = None, keep: int = KEEP) -> tuple[int, int] | None:
     """(instructions a sampled run issues, instructions the whole kernel issues), counted from the
-    source of a kernel whose loops are `nl.*_range` over literal integers and whose instructions are
-    `nisa.*` calls, cut by the simulator's rule (simulator/sampling.py: a loop of at least MIN_TRIP
-    iterations whose first iteration, itself cut, issues at least MIN_BODY); None for any other."""
+    source of kernel `name` (None: the module's first function) whose loops are `nl.*_range` over
+    literal integers and whose instructions are `nisa.*` calls, cut by the simulator's rule
+    (simulator/sampling.py: a loop of at least MIN_TRIP iterations whose first iteration, itself
+    cut, issues at least MIN_BODY); None for any other."""
     try:
-        fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
+        fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and name in (None, n.name))
         return _counts(fn.body, keep)
     except (SyntaxError, StopIteration, _Unknown):
         return None

@@ -196,3 +196,6 @@ def test_a_kernel_the_source_cannot_count_is_left_to_the_runs():
     assert sampled_timing.static_counts(MATMUL.replace("nl.affine_range(16)", "range(16)")) is None
     assert sampled_timing.static_counts(MATMUL.replace("    return out\n", "    if True:\n        return out\n")) is None
     assert sampled_timing.static_counts(MATMUL.replace("nisa.tensor_copy(", "nl.copy(")) is None
+    helper = "def helper():\n    for i in nl.affine_range(4):\n        pass\n\n\n"
+    assert sampled_timing.static_counts(MATMUL.replace("@nki.jit", helper + "@nki.jit"), "mm") == \
+        sampled_timing.static_counts(MATMUL)  # the kernel's function, not the module's first
