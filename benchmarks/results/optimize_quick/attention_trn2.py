@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   mul, matmul, max, sub, exp, matmul, sum, div; row tile 128 x block 4, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.000827, 0.02 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.000925, 0.02 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -38,8 +38,8 @@ def attention(q, k, v):
         for i_b1 in nl.affine_range(4):
             matmul_blk = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
             sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
-            mul_T = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
             exp_T = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+            mul_T = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
             for i_r in nl.affine_range(4):
                 q_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
                 nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_r * 128, 128), 0:128])

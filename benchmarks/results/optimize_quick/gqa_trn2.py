@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, max, sub, exp, matmul, sum, div; row tile 128 x block 4, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.271, 0.68 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.307, 0.66 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

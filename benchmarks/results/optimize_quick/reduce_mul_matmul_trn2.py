@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, sum, mul; row tile 128 x block 8, matmul n tile 512, n block 1024, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 127, 0.76 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 127, 0.74 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

@@ -5,7 +5,7 @@ rewrites: propagate mul (operand 0) into div: degree 1 onto operand 0 (each prov
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   mul, mul, sum, div, add, sqrt, div; row tile 128 x block 1
 lowerings: add (synthesis, proved), div (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0311, 0.99 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0312, 0.99 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

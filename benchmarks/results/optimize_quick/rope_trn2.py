@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1, 4 column chunks per row tile
 lowerings: add (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0608, 0.96 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0589, 0.96 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

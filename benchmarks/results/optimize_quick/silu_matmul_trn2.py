@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   silu, matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
 lowerings: matmul (synthesis, proved), silu (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.682, 0.19 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.692, 0.19 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

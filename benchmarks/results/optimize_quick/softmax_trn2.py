@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   max, sub, exp, sum, div; row tile 128 x block 1
 lowerings: div (synthesis, proved), exp (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 6.05e-05, 0.99 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 4.17e-05, 0.99 of its per-element error bound
 """
 import nki
 import nki.isa as nisa

@@ -2,11 +2,12 @@
 
 sizes:    m=1024, k=2048, n=4096
 rewrites: propagate slice (operand 0) into matmul: degree 1 onto operand 1; propagate slice (operand 0) into matmul: degree 1 onto operand 1 (each proved for all sizes)
-fusion:   fused (1 pass; values crossing passes go through HBM)
+fusion:   split (2 passes; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
-pass 1:   matmul, silu, matmul, mul, matmul; row tile 128 x block 4, matmul n tile 512, n block 1024, k tile 128
+pass 1:   matmul, silu, matmul, mul; row tile 128 x block 8, matmul n tile 512, n block 1024, k tile 128
+pass 2:   matmul; row tile 128 x block 4, matmul n tile 512, n block 1024, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 1.56e+03, 0.36 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 1.48e+03, 0.38 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -23,13 +24,13 @@ def swiglu_mlp(x, w_gate_up, w_down):
     assert w_down.dtype == nl.bfloat16, f"w_down: expected bfloat16, got {w_down.dtype}"
     DT = x.dtype
     out = nl.ndarray((1024, 2048), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: matmul, silu, matmul, mul, matmul  (rows 128 x 4 per block, n_tile 512, n_block 1024)
-    for i_rb in nl.affine_range(2):
-        mul_T = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
-        lhsT = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        for i_r in nl.affine_range(4):
+    scratch = nl.ndarray((1024, 4096), dtype=DT, buffer=nl.hbm)
+    # pass 1: matmul, silu, matmul, mul  (rows 128 x 8 per block, n_tile 512, n_block 1024)
+    for i_rb in nl.affine_range(1):
+        lhsT = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
+        for i_r in nl.affine_range(8):
             x_t = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_t[0:128, 0:2048], src=x[nl.ds(i_rb * 512 + i_r * 128, 128), 0:2048])
+            nisa.dma_copy(dst=x_t[0:128, 0:2048], src=x[nl.ds(i_rb * 1024 + i_r * 128, 128), 0:2048])
             for i_q in nl.affine_range(4):
                 tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, nl.ds(i_q * 512, 128)])
@@ -44,7 +45,8 @@ def swiglu_mlp(x, w_gate_up, w_down):
             w1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(16):
                 nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 1024, 1024)], src=w_gate_up[nl.ds(i_kt * 128, 128), nl.ds(i_nb * 1024 + 4096, 1024)])
-            for i_r in nl.affine_range(4):
+            for i_r in nl.affine_range(8):
+                o = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 for i_nt in nl.affine_range(2):
                     acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                     for i_kt in nl.affine_range(16):
@@ -52,27 +54,34 @@ def swiglu_mlp(x, w_gate_up, w_down):
                     acc1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                     for i_kt in nl.affine_range(16):
                         nisa.nc_matmul(dst=acc1[0:128, 0:512], stationary=lhsT[0:128, nl.ds(i_r * 2048 + i_kt * 128, 128)], moving=w1[0:128, nl.ds(i_kt * 1024 + i_nt * 512, 512)])
-                    mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                     # silu, mul: 2 instruction(s), proved
                     t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                     nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
-                    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply, engine=nisa.engine.vector)
-                    tp1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp1[0:128, 0:128], data=mul1[0:128, 0:128])
-                    nisa.nc_transpose(dst=tp1[0:128, 128:256], data=mul1[0:128, 128:256])
-                    nisa.nc_transpose(dst=tp1[0:128, 256:384], data=mul1[0:128, 256:384])
-                    nisa.nc_transpose(dst=tp1[0:128, 384:512], data=mul1[0:128, 384:512])
-                    nisa.tensor_copy(dst=mul_T[0:128, nl.ds(i_r * 4096 + i_nb * 1024 + i_nt * 512, 512)], src=tp1, engine=nisa.engine.scalar)
+                    nisa.tensor_tensor(dst=o[0:128, nl.ds(i_nt * 512, 512)], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=scratch[nl.ds(i_rb * 1024 + i_r * 128, 128), nl.ds(i_nb * 1024, 1024)], src=o[0:128, 0:1024])
+    # pass 2: matmul  (rows 128 x 4 per block, n_tile 512, n_block 1024)
+    for i_rb in nl.affine_range(2):
+        lhsT1 = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
+        for i_r in nl.affine_range(4):
+            scratch_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_copy(dst=scratch_t[0:128, 0:4096], src=scratch[nl.ds(i_rb * 512 + i_r * 128, 128), 0:4096])
+            for i_q in nl.affine_range(8):
+                tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=scratch_t[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp1[0:128, 128:256], data=scratch_t[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp1[0:128, 256:384], data=scratch_t[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp1[0:128, 384:512], data=scratch_t[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=lhsT1[0:128, nl.ds(i_r * 4096 + i_q * 512, 512)], src=tp1, engine=nisa.engine.scalar)
         for i_nb in nl.affine_range(2):
             w2 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(32):
                 nisa.dma_copy(dst=w2[0:128, nl.ds(i_kt * 1024, 1024)], src=w_down[nl.ds(i_kt * 128, 128), nl.ds(i_nb * 1024, 1024)])
             for i_r in nl.affine_range(4):
-                o = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+                o1 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 for i_nt in nl.affine_range(2):
                     acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                     for i_kt in nl.affine_range(32):
-                        nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=mul_T[0:128, nl.ds(i_r * 4096 + i_kt * 128, 128)], moving=w2[0:128, nl.ds(i_kt * 1024 + i_nt * 512, 512)])
-                    nisa.tensor_copy(dst=o[0:128, nl.ds(i_nt * 512, 512)], src=acc2[0:128, 0:512], engine=nisa.engine.scalar)
-                nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_nb * 1024, 1024)], src=o[0:128, 0:1024])
+                        nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, nl.ds(i_r * 4096 + i_kt * 128, 128)], moving=w2[0:128, nl.ds(i_kt * 1024 + i_nt * 512, 512)])
+                    nisa.tensor_copy(dst=o1[0:128, nl.ds(i_nt * 512, 512)], src=acc2[0:128, 0:512], engine=nisa.engine.scalar)
+                nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_nb * 1024, 1024)], src=o1[0:128, 0:1024])
     return out
