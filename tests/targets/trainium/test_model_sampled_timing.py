@@ -199,3 +199,27 @@ def test_a_kernel_the_source_cannot_count_is_left_to_the_runs():
     helper = "def helper():\n    for i in nl.affine_range(4):\n        pass\n\n\n"
     assert sampled_timing.static_counts(MATMUL.replace("@nki.jit", helper + "@nki.jit"), "mm") == \
         sampled_timing.static_counts(MATMUL)  # the kernel's function, not the module's first
+
+
+def test_the_source_counts_agree_with_the_runs_on_every_stored_quick_kernel_they_count():
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "optimize_quick"
+    counted = 0
+    for launch in sorted(folder.glob("*_launch.py")):
+        kernel = launch.with_name(launch.name.replace("_launch.py", ".py"))
+        text = launch.read_text()
+        shapes = next(ast.literal_eval(n.value) for n in ast.parse(text).body
+                      if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SHAPES")
+        inputs = {k: ShapeDtype(tuple(v), "bfloat16" if "bfloat16" in text else "float32") for k, v in shapes.items()}
+        source = kernel.read_text()
+        static = sampled_timing.static_counts(source)
+        if static is None:
+            continue
+        cut = LoopSampling(2)
+        run = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=cut)
+        uncut = sampled_timing._uncut_instructions(run.trace, sampled_timing._cut_loops(cut))
+        assert static == (len(run.trace), round(uncut)), kernel.name
+        counted += 1
+    assert counted >= 20  # Axon's kernels are what the source counts
