@@ -110,3 +110,30 @@ def test_decode_folds_its_heads_and_the_check_sees_the_callers_shapes():
     want, tol = kernel_reference(b.program.graph, data, "bfloat16")
     assert compare([out], want, tol).ok
     assert not compare([np.asarray(out)[:, [1, 0, 2, 3]]], want, tol).ok
+
+
+def test_a_row_max_of_bf16_scores_is_kept_in_bf16_and_runs_at_the_double_rate():
+    # max of bf16 values is one of them (exact in bf16): its column is bf16, so the Vector
+    # Engine's bf16-in, bf16-out tensor_reduce rate applies; f32 scores keep an f32 max
+    import re
+
+    from axon.targets.trainium.hardware import get_target
+    from axon.targets.trainium.perfmodel import compute_cycles
+    from axon.targets.trainium.simulator import load_source, simulate
+
+    b, hw = SUITE["gqa"], get_target("trn2")
+    inputs = b.program.random_inputs(GQA_SMALL, "bfloat16", seed=4)
+    want, tol = kernel_reference(b.program.graph, inputs, "bfloat16")
+    seen = set()
+    for cand in [c for c in _gqa_candidates(GQA_SMALL) if len(c.passes) == 1][:12]:
+        m = re.search(r"nisa\.tensor_reduce\(dst=(\w+)\[.*?data=(\w+)\[.*?op=nl\.maximum", cand.source)
+        dtype = lambda name: re.search(rf"\b{name} = nl\.ndarray\(\(.*?\), dtype=([\w.]+)", cand.source).group(1)
+        narrow = dtype(m.group(2)) == "DT"
+        assert dtype(m.group(1)) == ("DT" if narrow else "nl.float32"), cand.describe()
+        trace = simulate(load_source(cand.source), inputs, target="trn2").trace
+        red = next(i for i in trace if i.opcode == "tensor_reduce" and i.extra.get("op") == "maximum")
+        full = compute_cycles(red, hw) - (hw.engines[red.engine].access_start_cycles + hw.overhead.static_cycles)
+        assert (full <= red.free_elems / 2 + 1) == narrow  # the double rate, only in bf16
+        assert compare(TARGET.run(cand.source, inputs, timing_only=False).outputs, want, tol).ok, cand.describe()
+        seen.add(narrow)
+    assert seen == {True, False}

@@ -398,7 +398,16 @@ class NkiEmitter:
             else:
                 width = max((width_of(w) for (j, _), w in prog.widths.items() if j == i), default=1)
             engine, per = self._FIXED[st.instruction]
+            if data is not None and self.dtype == "bfloat16" and \
+                    self._max_in_kernel_dtype(st, [self._arg_kind(data, operands, width)]):
+                per /= 2  # bf16 in and out: tensor_reduce's double rate [isa]
             self._charge(engine, per * width)
+
+    def _arg_kind(self, arg, operands, width: int) -> str | None:
+        """'kernel' or 'f32': the dtype a program's argument has (a temporary's is alloc's rule)."""
+        if arg.kind == "operand":
+            return self.tile_dtype.get(self._base(str(operands[arg.index])))
+        return "kernel" if arg.kind == "step" and width > 1 and self.wide_dtype == "kernel" else "f32"
 
     def _program_steps(self, prog, operands: list, dsts: dict, partitions: int, width_of, binding: dict) -> None:
         from axon.synthesis.spec import Form
@@ -449,9 +458,12 @@ class NkiEmitter:
                     for key in dying:
                         free.append((temps[key][1], temps.pop(key)[0]))
                     dying = []
-                reuse = next((k for k, (fw, _) in enumerate(free) if fw == w), None)
+                kinds = [self.tile_dtype.get(self._base(r)) for r in reads]
+                kind = "kernel" if w == 1 and self._max_in_kernel_dtype(st, kinds) else "f32"
+                reuse = next((k for k, (fw, ft) in enumerate(free)
+                              if fw == w and self._kind(ft, w) == kind), None)
                 tile = free.pop(reuse)[1] if reuse is not None else \
-                    self.view(self.alloc("t", partitions, w, "f32"), partitions, "0", w)
+                    self.view(self.alloc("t", partitions, w, kind), partitions, "0", w)
                 temps[o] = (tile, w)
                 vals[o] = tile
             main = vals[outs[0]] if outs else None
@@ -481,6 +493,19 @@ class NkiEmitter:
             for o in outs:  # a value nothing reads is dead at once
                 if o in temps and o not in last:
                     free.append((temps[o][1], temps.pop(o)[0]))
+
+    def _max_in_kernel_dtype(self, st, kinds: list) -> bool:
+        """A max reduction of tiles in the kernel's dtype (`kinds`: its inputs'): its result is one
+        of them, exact in that dtype, so its column is allocated there (bf16 in and out is the
+        Vector Engine's double-rate tensor_reduce [isa])."""
+        if st.instruction != "tensor_reduce" or dict(st.holes).get("op") is not ScalarOp.MAXIMUM:
+            return False
+        return self.dtype != "float32" and bool(kinds) and all(k == "kernel" for k in kinds)
+
+    def _kind(self, tile: str, width: int) -> str:
+        """What a temporary of `width` columns was allocated as, in alloc's terms."""
+        kernel = self.tile_dtype.get(self._base(tile)) == "kernel"
+        return "kernel" if kernel and (width == 1 or self.wide_dtype != "kernel") else "f32"
 
     @staticmethod
     def _predicate_args(pred) -> list[str]:
