@@ -123,6 +123,7 @@ class KernelBuilder:
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
         self.program_sizes = dict(sizes)  # never rebound (self.sizes is, for a causal pass's row blocks)
         self.block_runs = None  # row blocks the full kernel runs in the loop being emitted (None: all)
+        self.seen = None  # in a causal pass's run of row blocks: (its Prefix, the run's first row)
         self.rows = rows
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
         if hasattr(emitter, "balance"):
@@ -272,10 +273,36 @@ class KernelBuilder:
                     continue
                 self.em.comment(f"rows {span[0]}:{span[1]} see {prefix.dim} columns 0:{width} of {full}: "
                                 "the masked tiles beyond are skipped")
-                self.sizes[prefix.dim], self.block_runs = width, len(run)
+                self.sizes[prefix.dim], self.block_runs, self.seen = width, len(run), (prefix, span[0])
                 self.emit_pass(pi, p, consumers, owner)
         finally:
-            self.sizes[prefix.dim], self.rows, self.block_runs = full, rows, None
+            self.sizes[prefix.dim], self.rows, self.block_runs, self.seen = full, rows, None, None
+
+    def _column_tile_runs(self, ph, N: int, NB: int, NT: int) -> list[tuple[tuple, "Node | None"]]:
+        """The i_nt values of a matmul phase's output tiles in runs, each with the masking where
+        its epilogue may skip (None: none): in a causal pass, the leading tiles that every row of
+        the run's row blocks sees whole need no mask (where(mask, x, masked) is x there), so only
+        the tiles the diagonal crosses pay for it."""
+        tiles = tuple(range(NB // NT))
+        w = self._unmasked_where(ph, N, NB)
+        if w is None:
+            return [(tiles, None)]
+        prefix, r0 = self.seen
+        k = min(len(tiles), prefix.whole_tiles(r0, NT))
+        return [(run, bare) for run, bare in ((tiles[:k], w), (tiles[k:], None)) if run]
+
+    def _unmasked_where(self, ph, N: int, NB: int):
+        """The causal mask's where of a matmul phase's epilogue, when it masks that matmul's
+        output directly and the phase's tiles are its columns from 0 (one block of all N)."""
+        if self.seen is None or NB != N:
+            return None
+        prefix = self.seen[0]
+        wheres = [n for n in ph.epilogue if n.op is Op.WHERE and self.w.roles.get(n.inputs[0]) == "index"]
+        if len(wheres) != 1:
+            return None
+        w = wheres[0]
+        ok = w.inputs[1] in ph.matmuls and w.shape[-1].as_symbol() == prefix.dim
+        return w if ok else None
 
     def _weights_shared_from(self, phs, t: Tiling, members) -> int:
         return weights_shared_from(self.w, phs, t, members, self.sizes, lambda n: n in self.hbm)
@@ -704,14 +731,16 @@ class KernelBuilder:
             with em.loop("i_r", BM):
                 rows = _ex(rows0, ("i_r", P))
                 packs = self._packs(ph, NB, P, consumers, owner, pi)
-                with em.loop("i_nt", NB // NT):
-                    here: dict[Node, str] = {}
-                    for mm in ph.matmuls:
-                        acc = em.alloc("acc", P, NT, "accum")
-                        em.matmul(acc, tile, wblk[mm], P, KT, NT, kts, tcol("i_kt"), _ex(("i_kt", NB), ("i_nt", NT)),
-                                  step=self.lowerer.matmul(mm).steps[0])
-                        here[mm] = em.view(acc, P, "0", NT)
-                    self._epilogue(ph, t, here, rows, N, NB, NT, block, trans, members, consumers, owner, pi, packs)
+                for tiles, bare in self._column_tile_runs(ph, N, NB, NT):
+                    with em.loop("i_nt", NB // NT, only=tiles, runs=len(tiles)):
+                        here: dict[Node, str] = {}
+                        for mm in ph.matmuls:
+                            acc = em.alloc("acc", P, NT, "accum")
+                            em.matmul(acc, tile, wblk[mm], P, KT, NT, kts, tcol("i_kt"),
+                                      _ex(("i_kt", NB), ("i_nt", NT)), step=self.lowerer.matmul(mm).steps[0])
+                            here[mm] = em.view(acc, P, "0", NT)
+                        self._epilogue(ph, t, here, rows, N, NB, NT, block, trans, members, consumers, owner, pi,
+                                       packs, bare)
                 for (n, oname), pk in packs.items():
                     em.dma(self._out_ref(n, oname, rows, P, f"i_nb * {NB}:i_nb * {NB} + {NB}"), em.view(pk, P, "0", NB))
 
@@ -778,15 +807,22 @@ class KernelBuilder:
                 for (n, oname), pk in packs.items():
                     em.dma(self._out_ref(n, oname, rows, P, f"i_nb * {NB}:i_nb * {NB} + {NB}"), em.view(pk, P, "0", NB))
 
-    def _epilogue(self, ph, t: Tiling, here, rows, N, NB, NT, block, trans, members, consumers, owner, pi, packs):
+    def _epilogue(self, ph, t: Tiling, here, rows, N, NB, NT, block, trans, members, consumers, owner, pi, packs,
+                  bare=None):
         """Output tile (i_r, i_nt) of a weight block, its matmuls' accumulators in `here`: the
-        epilogue on it, then keep (block buffer, transposed stationary) and store / pack."""
+        epilogue on it, then keep (block buffer, transposed stationary) and store / pack. `bare`:
+        a where whose mask keeps every position of these tiles, so its value is its input's."""
         em = self.em
         P, KT = t.row_tile, t.k_tile
         col0 = _ex(("i_nb", NB), ("i_nt", NT))
         kept = lambda n: em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT)
-        if ph.epilogue:
-            needed = [n for n in ph.epilogue if n in block or n in trans
+        epilogue = ph.epilogue
+        if bare is not None:
+            em.comment(f"{bare.op.value}: the mask keeps every position of these tiles")
+            here[bare] = here[bare.inputs[1]]
+            epilogue = [n for n in epilogue if n is not bare]
+        if epilogue:
+            needed = [n for n in epilogue if n in block or n in trans
                       or self._needs_store(n, consumers, owner, pi)]
             # a value only kept for a later phase is written into its block buffer at once
             only_kept = lambda n: n in block and n not in trans and not self._needs_store(n, consumers, owner, pi)
@@ -801,7 +837,7 @@ class KernelBuilder:
                     return None
                 return em.view(packs[(n, stores[0][0])], P, _ex(("i_nt", NT)), NT)
             here.update(self.run_program(
-                ph.epilogue, needed,
+                epilogue, needed,
                 lambda x: self.operand(x, here, block, members, "i_r", P, rows, chunk=(col0, NT)),
                 lambda n: (kept(n) if only_kept(n) else packed(n) or
                            em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)), P,

@@ -163,6 +163,11 @@ class Prefix:
         need = r0 + rows + self.reach
         return min(full, -(-need // quantum) * quantum)
 
+    def whole_tiles(self, r0: int, tile: int) -> int:
+        """Leading column tiles of `tile` columns that every row r >= r0 sees whole (the mask
+        keeps each of their positions): the last column of tile i is i * tile + tile - 1."""
+        return max(0, (r0 + self.reach + 1) // tile)
+
 
 def masked_prefix(world, group, sizes: Mapping[str, int], stored=frozenset()) -> "Prefix | None":
     """The Prefix of a pass that masks with where(causal mask, scores, masked) and only reduces the

@@ -109,6 +109,18 @@ def test_a_causal_softmax_pass_needs_only_the_columns_each_row_block_sees():
     assert prefix.width(0, 256, 1536, 512) == 1024 and masked_prefix(*_fused(SUITE["gqa"].program), sizes) is None
 
 
+@settings(max_examples=200, deadline=None)
+@given(reach=st.integers(-300, 300), r0=st.integers(0, 1024), tile=st.sampled_from([64, 128, 512]))
+def test_the_whole_tiles_of_a_run_are_those_every_later_row_sees_whole(reach, r0, tile):
+    from axon.tiling.positions import Prefix
+
+    k = Prefix("t", reach).whole_tiles(r0, tile)
+    sees = lambda r, c: c <= r + reach  # row r sees column c
+    for i in range(k + 2):
+        whole = all(sees(r, c) for r in (r0, r0 + 1, r0 + 7) for c in range(i * tile, (i + 1) * tile))
+        assert whole == (i < k)  # the first row of the run is the one that sees least
+
+
 @pytest.mark.parametrize("change", ["masked score kept", "mild mask value", "anti-causal", "mean over t"])
 def test_a_pass_whose_masked_columns_matter_computes_them(change):
     from axon.tiling.positions import masked_prefix
@@ -135,6 +147,31 @@ def test_a_causal_kernel_skips_the_masked_tiles_and_matches():
     assert "rows 0:512 see t columns 0:512 of 1024: the masked tiles beyond are skipped" in src
     assert "for i_rb in nl.affine_range(2, 4):" in src  # the second run of row blocks sees all 1024
     assert r.checked["tolerance"]["unbounded_elements"] == 0
+
+
+@pytest.mark.slow
+def test_a_causal_kernel_masks_only_the_tiles_the_diagonal_crosses_and_matches():
+    from axon.search.candidates import Counts, enumerate_candidates
+    from axon.search.lowering import Lowerer
+    from axon.semantics.evaluate import evaluate
+    from axon.suite import SUITE
+    from axon.targets.trainium.simulator import load_source, simulate
+    from axon.targets.trainium.target import TrainiumTarget
+
+    target, prog = TrainiumTarget("trn2"), SUITE["causal_gqa"].program
+    sizes = {"kv": 1, "g": 2, "s": 1024, "t": 1024, "d": 64}
+    cands = enumerate_candidates("causal_gqa", [(prog.graph, ())], sizes, target, "bfloat16", Lowerer(target), Counts())
+    cand = next(c for c in cands if len(c.passes) == 1 and c.passes[0].tiling.row_tile * c.passes[0].tiling.row_block == 128
+                and c.passes[0].tiling.n_tile == 512)
+    assert "where: the mask keeps every position of these tiles" in cand.source
+    data = prog.random_inputs(sizes, "bfloat16", seed=5)
+    trace = simulate(load_source(cand.source), data, target="trn2").trace
+    # rows 512p .. 512p + 511 see columns 0 .. 512p + 511: tiles 0..p-1 whole, tile p crossed by the
+    # diagonal; each 128-row tile masks exactly one 512-column tile, per head
+    assert sum(i.opcode == "affine_select" for i in trace) == 2 * 1024 // 128
+    got = np.asarray(target.run(cand.source, data, timing_only=False).outputs[0], np.float64)
+    want = np.asarray(evaluate(prog.graph, {k: np.asarray(v, np.float64) for k, v in data.items()}, sizes)[0])
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
 
 
 @pytest.mark.slow
