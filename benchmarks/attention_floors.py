@@ -13,6 +13,12 @@ tiles, so about half), at least:
 Each costs the hardware description's cycles per element per partition (hardware.COSTS) at that
 engine's clock, 128 partitions at a time. The exp alone is a floor on ScalarE; ScalarE and VectorE
 together must do all three, so their combined work over two engines is a floor on the kernel.
+The Tensor Engine, per block of 128 query rows x 512 score columns, issues at least: the q k^T
+matmul (512 columns moving), four 128 x 128 transposes of the probabilities (nc_matmul contracts
+over partitions, so P @ V needs P^T), and P @ V as the cheaper of four matmuls d columns wide or
+one with P^T's 512 columns moving (the output transposed), each at its hardware.COSTS formula
+plus the engine's access start: a floor on the kernel that the roofline, which counts only the
+two matmuls' FLOPs at peak, does not see.
 Writes benchmarks/results/attention_floors.md.
 """
 from __future__ import annotations
@@ -49,7 +55,22 @@ def floors(name: str, sizes: dict, target: str) -> dict:
     exp = per_partition * per_element_ns(hw, "activation", Engine.SCALAR)
     row_max = per_partition * per_element_ns(hw, "tensor_reduce", Engine.VECTOR)
     copy = per_partition * min(per_element_ns(hw, "tensor_copy", e) for e in (Engine.SCALAR, Engine.VECTOR))
-    return {"roofline": roof, "exp": exp, "max": row_max, "copy": copy, "two_engines": (exp + row_max + copy) / 2}
+    tensor = heads * visible / (128 * 512) * tensor_block_ns(hw, sizes.get("d", 128))
+    return {"roofline": roof, "exp": exp, "max": row_max, "copy": copy, "two_engines": (exp + row_max + copy) / 2,
+            "tensor": tensor}
+
+
+def tensor_block_ns(hw, d: int) -> float:
+    """TensorE ns for one block of 128 query rows x 512 score columns (bf16): q k^T, the four
+    transposes of P and P @ V (see the docstring)."""
+    start = hw.engines[Engine.TENSOR].access_start_cycles
+
+    def matmul(stationary_free: int, moving: int) -> float:
+        return max(min(64, stationary_free), moving) * hw.cost("nc_matmul").mult + start
+
+    transpose = max(128, min(64, 128)) * hw.cost("nc_transpose").mult + start
+    pv = min(4 * matmul(128, d), matmul(d, 512))
+    return (matmul(128, 512) + 4 * transpose + pv) / hw.clock_ghz(Engine.TENSOR)
 
 
 def main() -> int:
@@ -61,12 +82,14 @@ def main() -> int:
              "docstring says what is counted). Times in us; a fraction is roofline / floor, the most of the "
              "program roofline a kernel can reach under that floor.", "",
              "| benchmark | case | roofline | exp on ScalarE | row max on VectorE | P copy out of PSUM | "
-             "ScalarE + VectorE work / 2 | best reachable |", "|---|---|---|---|---|---|---|---|"]
+             "ScalarE + VectorE work / 2 | TensorE: q k^T, P^T, P @ V | best reachable |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, case in CASES:
         f = floors(name, SUITE[name].cases[case], args.target)
-        bound = max(f["exp"], f["two_engines"])
+        bound = max(f["exp"], f["two_engines"], f["tensor"])
         lines.append(f"| {name} | {case} | {f['roofline'] / 1e3:.1f} | {f['exp'] / 1e3:.1f} | {f['max'] / 1e3:.1f} | "
-                     f"{f['copy'] / 1e3:.1f} | {f['two_engines'] / 1e3:.1f} | {min(1.0, f['roofline'] / bound):.0%} |")
+                     f"{f['copy'] / 1e3:.1f} | {f['two_engines'] / 1e3:.1f} | {f['tensor'] / 1e3:.1f} | "
+                     f"{min(1.0, f['roofline'] / bound):.0%} |")
     OUT.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
