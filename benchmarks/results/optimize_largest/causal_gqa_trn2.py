@@ -32,7 +32,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp[0:128, 0:128], data=wrows[0:128, 0:128])
-            nisa.tensor_copy(dst=w[0:128, nl.ds(i_j * 128, 128)], src=tp, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w[0:128, nl.ds(i_j * 128, 128)], src=tp, engine=nisa.engine.scalar)
         w1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(4):
             nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -46,7 +46,7 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp1[0:128, 0:128], data=q_t[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT[0:128, 0:128], src=tp1, engine=nisa.engine.vector)
+                nisa.tensor_copy(dst=lhsT[0:128, 0:128], src=tp1, engine=nisa.engine.scalar)
                 acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, 0:128], moving=w[0:128, 0:512])
                 # where: 2 instruction(s), proved
@@ -63,7 +63,7 @@ def causal_gqa(q, k, v):
                 nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp1[0:128, 128:256])
                 nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp1[0:128, 256:384])
                 nisa.nc_transpose(dst=tp2[0:128, 384:512], data=exp1[0:128, 384:512])
-                nisa.tensor_copy(dst=exp_T[0:128, 0:512], src=tp2, engine=nisa.engine.vector)
+                nisa.tensor_copy(dst=exp_T[0:128, 0:512], src=tp2, engine=nisa.engine.scalar)
                 o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
                 acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(4):
@@ -80,7 +80,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows1[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp3[0:128, 0:128], data=wrows1[0:128, 0:128])
-            nisa.tensor_copy(dst=w2[0:128, nl.ds(i_j * 128, 128)], src=tp3, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w2[0:128, nl.ds(i_j * 128, 128)], src=tp3, engine=nisa.engine.scalar)
         w3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(8):
             nisa.dma_copy(dst=w3[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -94,14 +94,17 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t1[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp4[0:128, 0:128], data=q_t1[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT1[0:128, 0:128], src=tp4, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(2):
-                    acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t2[0:128, 0:512], data=acc2[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where1_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT1[0:128, 0:128], src=tp4, engine=nisa.engine.scalar)
+                acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 0:512])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where1_blk[0:128, 0:512], src=acc2[0:128, 0:512], engine=nisa.engine.scalar)
+                acc3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc3[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 512:1024])
+                # where: 2 instruction(s), proved
+                t2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t2[0:128, 0:512], data=acc3[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where1_blk[0:128, 512:1024], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + 1 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:512], on_false_value=-30000.0)
                 exp3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t3 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -113,13 +116,13 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp5[0:128, 128:256], data=exp3[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp5[0:128, 256:384], data=exp3[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp5[0:128, 384:512], data=exp3[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp2_T[0:128, nl.ds(i_q * 512, 512)], src=tp5, engine=nisa.engine.vector)
+                    nisa.tensor_copy(dst=exp2_T[0:128, nl.ds(i_q * 512, 512)], src=tp5, engine=nisa.engine.scalar)
                 o1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc3 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc4 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(8):
-                    nisa.nc_matmul(dst=acc3[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc4[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc3[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc4[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o1[0:128, 0:128])
     # rows 1024:1536 see t columns 0:1536 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -130,7 +133,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows2[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp6[0:128, 0:128], data=wrows2[0:128, 0:128])
-            nisa.tensor_copy(dst=w4[0:128, nl.ds(i_j * 128, 128)], src=tp6, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w4[0:128, nl.ds(i_j * 128, 128)], src=tp6, engine=nisa.engine.scalar)
         w5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(12):
             nisa.dma_copy(dst=w5[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -144,14 +147,18 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t2[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp7[0:128, 0:128], data=q_t2[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT2[0:128, 0:128], src=tp7, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(3):
-                    acc4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc4[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t4[0:128, 0:512], data=acc4[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where2_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT2[0:128, 0:128], src=tp7, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(2):
+                    acc5 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc5[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where2_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc5[0:128, 0:512], engine=nisa.engine.scalar)
+                acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, 1024:1536])
+                # where: 2 instruction(s), proved
+                t4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t4[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where2_blk[0:128, 1024:1536], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + 2 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:512], on_false_value=-30000.0)
                 exp5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t5 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -163,13 +170,13 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp8[0:128, 128:256], data=exp5[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp8[0:128, 256:384], data=exp5[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp8[0:128, 384:512], data=exp5[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp4_T[0:128, nl.ds(i_q * 512, 512)], src=tp8, engine=nisa.engine.vector)
+                    nisa.tensor_copy(dst=exp4_T[0:128, nl.ds(i_q * 512, 512)], src=tp8, engine=nisa.engine.scalar)
                 o2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc5 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(12):
-                    nisa.nc_matmul(dst=acc5[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc5[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc7[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o2[0:128, 0:128])
     # rows 1536:2048 see t columns 0:2048 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -180,7 +187,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows3[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp9[0:128, 0:128], data=wrows3[0:128, 0:128])
-            nisa.tensor_copy(dst=w6[0:128, nl.ds(i_j * 128, 128)], src=tp9, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w6[0:128, nl.ds(i_j * 128, 128)], src=tp9, engine=nisa.engine.scalar)
         w7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(16):
             nisa.dma_copy(dst=w7[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -194,14 +201,18 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t3[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp10[0:128, 0:128], data=q_t3[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT3[0:128, 0:128], src=tp10, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(4):
-                    acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t6[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where3_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT3[0:128, 0:128], src=tp10, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(3):
+                    acc8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc8[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where3_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc8[0:128, 0:512], engine=nisa.engine.scalar)
+                acc9 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc9[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, 1536:2048])
+                # where: 2 instruction(s), proved
+                t6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t6[0:128, 0:512], data=acc9[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where3_blk[0:128, 1536:2048], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + 3 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
                 exp7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t7 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -213,13 +224,13 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp11[0:128, 128:256], data=exp7[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp11[0:128, 256:384], data=exp7[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp11[0:128, 384:512], data=exp7[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp6_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.vector)
+                    nisa.tensor_copy(dst=exp6_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.scalar)
                 o3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc10 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(16):
-                    nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc10[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc7[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc10[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o3[0:128, 0:128])
     # rows 2048:2560 see t columns 0:2560 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -245,13 +256,17 @@ def causal_gqa(q, k, v):
                 tp13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp13[0:128, 0:128], data=q_t4[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT4[0:128, 0:128], src=tp13, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(5):
-                    acc8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc8[0:128, 0:512], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t8[0:128, 0:512], data=acc8[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where4_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2560 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t8[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(4):
+                    acc11 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc11[0:128, 0:512], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where4_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc11[0:128, 0:512], engine=nisa.engine.scalar)
+                acc12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc12[0:128, 0:512], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, 2048:2560])
+                # where: 2 instruction(s), proved
+                t8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t8[0:128, 0:512], data=acc12[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where4_blk[0:128, 2048:2560], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2560 + 4 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t8[0:128, 0:512], on_false_value=-30000.0)
                 exp9 = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t9 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -265,11 +280,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp14[0:128, 384:512], data=exp9[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp8_T[0:128, nl.ds(i_q * 512, 512)], src=tp14, engine=nisa.engine.vector)
                 o4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc9 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc13 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(20):
-                    nisa.nc_matmul(dst=acc9[0:128, 0:128], stationary=exp8_T[0:128, nl.ds(i_kt * 128, 128)], moving=w9[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc13[0:128, 0:128], stationary=exp8_T[0:128, nl.ds(i_kt * 128, 128)], moving=w9[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o4[0:128, 0:128], data=acc9[0:128, 0:128], operand0=sum4_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o4[0:128, 0:128], data=acc13[0:128, 0:128], operand0=sum4_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o4[0:128, 0:128])
     # rows 2560:3072 see t columns 0:3072 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -280,7 +295,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows5[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp15[0:128, 0:128], data=wrows5[0:128, 0:128])
-            nisa.tensor_copy(dst=w10[0:128, nl.ds(i_j * 128, 128)], src=tp15, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w10[0:128, nl.ds(i_j * 128, 128)], src=tp15, engine=nisa.engine.scalar)
         w11 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(24):
             nisa.dma_copy(dst=w11[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -294,14 +309,18 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t5[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp16 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp16[0:128, 0:128], data=q_t5[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT5[0:128, 0:128], src=tp16, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(6):
-                    acc10 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc10[0:128, 0:512], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t10 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t10[0:128, 0:512], data=acc10[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where5_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3072 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t10[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT5[0:128, 0:128], src=tp16, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(5):
+                    acc14 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc14[0:128, 0:512], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where5_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc14[0:128, 0:512], engine=nisa.engine.scalar)
+                acc15 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc15[0:128, 0:512], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, 2560:3072])
+                # where: 2 instruction(s), proved
+                t10 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t10[0:128, 0:512], data=acc15[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where5_blk[0:128, 2560:3072], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3072 + 5 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t10[0:128, 0:512], on_false_value=-30000.0)
                 exp11 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t11 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -315,11 +334,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp17[0:128, 384:512], data=exp11[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp10_T[0:128, nl.ds(i_q * 512, 512)], src=tp17, engine=nisa.engine.vector)
                 o5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc11 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc16 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(24):
-                    nisa.nc_matmul(dst=acc11[0:128, 0:128], stationary=exp10_T[0:128, nl.ds(i_kt * 128, 128)], moving=w11[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc16[0:128, 0:128], stationary=exp10_T[0:128, nl.ds(i_kt * 128, 128)], moving=w11[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o5[0:128, 0:128], data=acc11[0:128, 0:128], operand0=sum5_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o5[0:128, 0:128], data=acc16[0:128, 0:128], operand0=sum5_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o5[0:128, 0:128])
     # rows 3072:3584 see t columns 0:3584 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -330,7 +349,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows6[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp18 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp18[0:128, 0:128], data=wrows6[0:128, 0:128])
-            nisa.tensor_copy(dst=w12[0:128, nl.ds(i_j * 128, 128)], src=tp18, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w12[0:128, nl.ds(i_j * 128, 128)], src=tp18, engine=nisa.engine.scalar)
         w13 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(28):
             nisa.dma_copy(dst=w13[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -344,14 +363,18 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t6[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp19 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp19[0:128, 0:128], data=q_t6[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT6[0:128, 0:128], src=tp19, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(7):
-                    acc12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc12[0:128, 0:512], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t12[0:128, 0:512], data=acc12[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where6_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3584 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t12[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT6[0:128, 0:128], src=tp19, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(6):
+                    acc17 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc17[0:128, 0:512], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where6_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc17[0:128, 0:512], engine=nisa.engine.scalar)
+                acc18 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc18[0:128, 0:512], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, 3072:3584])
+                # where: 2 instruction(s), proved
+                t12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t12[0:128, 0:512], data=acc18[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where6_blk[0:128, 3072:3584], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3584 + 6 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t12[0:128, 0:512], on_false_value=-30000.0)
                 exp13 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t13 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -365,11 +388,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp20[0:128, 384:512], data=exp13[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp12_T[0:128, nl.ds(i_q * 512, 512)], src=tp20, engine=nisa.engine.vector)
                 o6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc13 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc19 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(28):
-                    nisa.nc_matmul(dst=acc13[0:128, 0:128], stationary=exp12_T[0:128, nl.ds(i_kt * 128, 128)], moving=w13[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc19[0:128, 0:128], stationary=exp12_T[0:128, nl.ds(i_kt * 128, 128)], moving=w13[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o6[0:128, 0:128], data=acc13[0:128, 0:128], operand0=sum6_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o6[0:128, 0:128], data=acc19[0:128, 0:128], operand0=sum6_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o6[0:128, 0:128])
     # rows 3584:4096 see t columns 0:4096 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -380,7 +403,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows7[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp21 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp21[0:128, 0:128], data=wrows7[0:128, 0:128])
-            nisa.tensor_copy(dst=w14[0:128, nl.ds(i_j * 128, 128)], src=tp21, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w14[0:128, nl.ds(i_j * 128, 128)], src=tp21, engine=nisa.engine.scalar)
         w15 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(32):
             nisa.dma_copy(dst=w15[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -394,14 +417,18 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t7[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp22 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp22[0:128, 0:128], data=q_t7[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT7[0:128, 0:128], src=tp22, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(8):
-                    acc14 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc14[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t14 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t14[0:128, 0:512], data=acc14[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where7_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4096 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t14[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT7[0:128, 0:128], src=tp22, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(7):
+                    acc20 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc20[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where7_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc20[0:128, 0:512], engine=nisa.engine.scalar)
+                acc21 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc21[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, 3584:4096])
+                # where: 2 instruction(s), proved
+                t14 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t14[0:128, 0:512], data=acc21[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where7_blk[0:128, 3584:4096], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4096 + 7 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t14[0:128, 0:512], on_false_value=-30000.0)
                 exp15 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t15 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -413,13 +440,13 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp23[0:128, 128:256], data=exp15[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp23[0:128, 256:384], data=exp15[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp23[0:128, 384:512], data=exp15[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp14_T[0:128, nl.ds(i_q * 512, 512)], src=tp23, engine=nisa.engine.vector)
+                    nisa.tensor_copy(dst=exp14_T[0:128, nl.ds(i_q * 512, 512)], src=tp23, engine=nisa.engine.scalar)
                 o7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc15 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc22 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(32):
-                    nisa.nc_matmul(dst=acc15[0:128, 0:128], stationary=exp14_T[0:128, nl.ds(i_kt * 128, 128)], moving=w15[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc22[0:128, 0:128], stationary=exp14_T[0:128, nl.ds(i_kt * 128, 128)], moving=w15[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o7[0:128, 0:128], data=acc15[0:128, 0:128], operand0=sum7_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o7[0:128, 0:128], data=acc22[0:128, 0:128], operand0=sum7_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o7[0:128, 0:128])
     # rows 4096:4608 see t columns 0:4608 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -445,13 +472,17 @@ def causal_gqa(q, k, v):
                 tp25 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp25[0:128, 0:128], data=q_t8[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT8[0:128, 0:128], src=tp25, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(9):
-                    acc16 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc16[0:128, 0:512], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t16 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t16[0:128, 0:512], data=acc16[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where8_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4608 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t16[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(8):
+                    acc23 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc23[0:128, 0:512], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where8_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc23[0:128, 0:512], engine=nisa.engine.vector)
+                acc24 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc24[0:128, 0:512], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, 4096:4608])
+                # where: 2 instruction(s), proved
+                t16 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t16[0:128, 0:512], data=acc24[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where8_blk[0:128, 4096:4608], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4608 + 8 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t16[0:128, 0:512], on_false_value=-30000.0)
                 exp17 = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t17 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -463,13 +494,13 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp26[0:128, 128:256], data=exp17[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp26[0:128, 256:384], data=exp17[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp26[0:128, 384:512], data=exp17[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp16_T[0:128, nl.ds(i_q * 512, 512)], src=tp26, engine=nisa.engine.vector)
+                    nisa.tensor_copy(dst=exp16_T[0:128, nl.ds(i_q * 512, 512)], src=tp26, engine=nisa.engine.scalar)
                 o8 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc17 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc25 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(36):
-                    nisa.nc_matmul(dst=acc17[0:128, 0:128], stationary=exp16_T[0:128, nl.ds(i_kt * 128, 128)], moving=w17[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc25[0:128, 0:128], stationary=exp16_T[0:128, nl.ds(i_kt * 128, 128)], moving=w17[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o8[0:128, 0:128], data=acc17[0:128, 0:128], operand0=sum8_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o8[0:128, 0:128], data=acc25[0:128, 0:128], operand0=sum8_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o8[0:128, 0:128])
     # rows 4608:5120 see t columns 0:5120 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -495,13 +526,17 @@ def causal_gqa(q, k, v):
                 tp28 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp28[0:128, 0:128], data=q_t9[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT9[0:128, 0:128], src=tp28, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(10):
-                    acc18 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc18[0:128, 0:512], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t18 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t18[0:128, 0:512], data=acc18[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where9_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5120 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t18[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(9):
+                    acc26 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc26[0:128, 0:512], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where9_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc26[0:128, 0:512], engine=nisa.engine.vector)
+                acc27 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc27[0:128, 0:512], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, 4608:5120])
+                # where: 2 instruction(s), proved
+                t18 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t18[0:128, 0:512], data=acc27[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where9_blk[0:128, 4608:5120], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5120 + 9 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t18[0:128, 0:512], on_false_value=-30000.0)
                 exp19 = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t19 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -513,13 +548,13 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp29[0:128, 128:256], data=exp19[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp29[0:128, 256:384], data=exp19[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp29[0:128, 384:512], data=exp19[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp18_T[0:128, nl.ds(i_q * 512, 512)], src=tp29, engine=nisa.engine.vector)
+                    nisa.tensor_copy(dst=exp18_T[0:128, nl.ds(i_q * 512, 512)], src=tp29, engine=nisa.engine.scalar)
                 o9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc19 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc28 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(40):
-                    nisa.nc_matmul(dst=acc19[0:128, 0:128], stationary=exp18_T[0:128, nl.ds(i_kt * 128, 128)], moving=w19[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc28[0:128, 0:128], stationary=exp18_T[0:128, nl.ds(i_kt * 128, 128)], moving=w19[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o9[0:128, 0:128], data=acc19[0:128, 0:128], operand0=sum9_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o9[0:128, 0:128], data=acc28[0:128, 0:128], operand0=sum9_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o9[0:128, 0:128])
     # rows 5120:5632 see t columns 0:5632 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -545,13 +580,17 @@ def causal_gqa(q, k, v):
                 tp31 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp31[0:128, 0:128], data=q_t10[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT10[0:128, 0:128], src=tp31, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(11):
-                    acc20 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc20[0:128, 0:512], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t20 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t20[0:128, 0:512], data=acc20[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where10_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5632 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t20[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(10):
+                    acc29 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc29[0:128, 0:512], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where10_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc29[0:128, 0:512], engine=nisa.engine.scalar)
+                acc30 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc30[0:128, 0:512], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, 5120:5632])
+                # where: 2 instruction(s), proved
+                t20 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t20[0:128, 0:512], data=acc30[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where10_blk[0:128, 5120:5632], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5632 + 10 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t20[0:128, 0:512], on_false_value=-30000.0)
                 exp21 = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t21 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -565,11 +604,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp32[0:128, 384:512], data=exp21[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp20_T[0:128, nl.ds(i_q * 512, 512)], src=tp32, engine=nisa.engine.vector)
                 o10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc21 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc31 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(44):
-                    nisa.nc_matmul(dst=acc21[0:128, 0:128], stationary=exp20_T[0:128, nl.ds(i_kt * 128, 128)], moving=w21[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc31[0:128, 0:128], stationary=exp20_T[0:128, nl.ds(i_kt * 128, 128)], moving=w21[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o10[0:128, 0:128], data=acc21[0:128, 0:128], operand0=sum10_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o10[0:128, 0:128], data=acc31[0:128, 0:128], operand0=sum10_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o10[0:128, 0:128])
     # rows 5632:6144 see t columns 0:6144 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -580,7 +619,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows11[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp33 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp33[0:128, 0:128], data=wrows11[0:128, 0:128])
-            nisa.tensor_copy(dst=w22[0:128, nl.ds(i_j * 128, 128)], src=tp33, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w22[0:128, nl.ds(i_j * 128, 128)], src=tp33, engine=nisa.engine.scalar)
         w23 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(48):
             nisa.dma_copy(dst=w23[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -594,14 +633,18 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t11[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp34 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp34[0:128, 0:128], data=q_t11[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT11[0:128, 0:128], src=tp34, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(12):
-                    acc22 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc22[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t22 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t22[0:128, 0:512], data=acc22[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where11_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6144 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t22[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT11[0:128, 0:128], src=tp34, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(11):
+                    acc32 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc32[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where11_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc32[0:128, 0:512], engine=nisa.engine.scalar)
+                acc33 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc33[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, 5632:6144])
+                # where: 2 instruction(s), proved
+                t22 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t22[0:128, 0:512], data=acc33[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where11_blk[0:128, 5632:6144], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6144 + 11 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t22[0:128, 0:512], on_false_value=-30000.0)
                 exp23 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t23 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -615,11 +658,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp35[0:128, 384:512], data=exp23[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp22_T[0:128, nl.ds(i_q * 512, 512)], src=tp35, engine=nisa.engine.vector)
                 o11 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc23 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc34 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(48):
-                    nisa.nc_matmul(dst=acc23[0:128, 0:128], stationary=exp22_T[0:128, nl.ds(i_kt * 128, 128)], moving=w23[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc34[0:128, 0:128], stationary=exp22_T[0:128, nl.ds(i_kt * 128, 128)], moving=w23[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o11[0:128, 0:128], data=acc23[0:128, 0:128], operand0=sum11_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o11[0:128, 0:128], data=acc34[0:128, 0:128], operand0=sum11_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o11[0:128, 0:128])
     # rows 6144:6656 see t columns 0:6656 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -645,13 +688,17 @@ def causal_gqa(q, k, v):
                 tp37 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp37[0:128, 0:128], data=q_t12[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT12[0:128, 0:128], src=tp37, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(13):
-                    acc24 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc24[0:128, 0:512], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t24 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t24[0:128, 0:512], data=acc24[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where12_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6656 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t24[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(12):
+                    acc35 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc35[0:128, 0:512], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where12_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc35[0:128, 0:512], engine=nisa.engine.scalar)
+                acc36 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc36[0:128, 0:512], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, 6144:6656])
+                # where: 2 instruction(s), proved
+                t24 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t24[0:128, 0:512], data=acc36[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where12_blk[0:128, 6144:6656], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6656 + 12 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t24[0:128, 0:512], on_false_value=-30000.0)
                 exp25 = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t25 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -663,13 +710,13 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp38[0:128, 128:256], data=exp25[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp38[0:128, 256:384], data=exp25[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp38[0:128, 384:512], data=exp25[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp24_T[0:128, nl.ds(i_q * 512, 512)], src=tp38, engine=nisa.engine.scalar)
+                    nisa.tensor_copy(dst=exp24_T[0:128, nl.ds(i_q * 512, 512)], src=tp38, engine=nisa.engine.vector)
                 o12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc25 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc37 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(52):
-                    nisa.nc_matmul(dst=acc25[0:128, 0:128], stationary=exp24_T[0:128, nl.ds(i_kt * 128, 128)], moving=w25[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc37[0:128, 0:128], stationary=exp24_T[0:128, nl.ds(i_kt * 128, 128)], moving=w25[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o12[0:128, 0:128], data=acc25[0:128, 0:128], operand0=sum12_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o12[0:128, 0:128], data=acc37[0:128, 0:128], operand0=sum12_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o12[0:128, 0:128])
     # rows 6656:7168 see t columns 0:7168 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -680,7 +727,7 @@ def causal_gqa(q, k, v):
             nisa.dma_copy(dst=wrows13[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
             tp39 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
             nisa.nc_transpose(dst=tp39[0:128, 0:128], data=wrows13[0:128, 0:128])
-            nisa.tensor_copy(dst=w26[0:128, nl.ds(i_j * 128, 128)], src=tp39, engine=nisa.engine.vector)
+            nisa.tensor_copy(dst=w26[0:128, nl.ds(i_j * 128, 128)], src=tp39, engine=nisa.engine.scalar)
         w27 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(56):
             nisa.dma_copy(dst=w27[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
@@ -694,14 +741,18 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t13[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp40 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp40[0:128, 0:128], data=q_t13[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT13[0:128, 0:128], src=tp40, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(14):
-                    acc26 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc26[0:128, 0:512], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t26 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t26[0:128, 0:512], data=acc26[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where13_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7168 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t26[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT13[0:128, 0:128], src=tp40, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(13):
+                    acc38 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc38[0:128, 0:512], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where13_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc38[0:128, 0:512], engine=nisa.engine.scalar)
+                acc39 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc39[0:128, 0:512], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, 6656:7168])
+                # where: 2 instruction(s), proved
+                t26 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t26[0:128, 0:512], data=acc39[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where13_blk[0:128, 6656:7168], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7168 + 13 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t26[0:128, 0:512], on_false_value=-30000.0)
                 exp27 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t27 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -715,11 +766,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp41[0:128, 384:512], data=exp27[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp26_T[0:128, nl.ds(i_q * 512, 512)], src=tp41, engine=nisa.engine.vector)
                 o13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc27 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc40 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(56):
-                    nisa.nc_matmul(dst=acc27[0:128, 0:128], stationary=exp26_T[0:128, nl.ds(i_kt * 128, 128)], moving=w27[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc40[0:128, 0:128], stationary=exp26_T[0:128, nl.ds(i_kt * 128, 128)], moving=w27[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o13[0:128, 0:128], data=acc27[0:128, 0:128], operand0=sum13_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o13[0:128, 0:128], data=acc40[0:128, 0:128], operand0=sum13_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o13[0:128, 0:128])
     # rows 7168:7680 see t columns 0:7680 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -745,13 +796,17 @@ def causal_gqa(q, k, v):
                 tp43 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp43[0:128, 0:128], data=q_t14[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT14[0:128, 0:128], src=tp43, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(15):
-                    acc28 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc28[0:128, 0:512], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t28 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t28[0:128, 0:512], data=acc28[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where14_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7680 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t28[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(14):
+                    acc41 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc41[0:128, 0:512], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where14_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc41[0:128, 0:512], engine=nisa.engine.scalar)
+                acc42 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc42[0:128, 0:512], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, 7168:7680])
+                # where: 2 instruction(s), proved
+                t28 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t28[0:128, 0:512], data=acc42[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where14_blk[0:128, 7168:7680], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7680 + 14 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t28[0:128, 0:512], on_false_value=-30000.0)
                 exp29 = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t29 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -765,11 +820,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp44[0:128, 384:512], data=exp29[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp28_T[0:128, nl.ds(i_q * 512, 512)], src=tp44, engine=nisa.engine.scalar)
                 o14 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc29 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc43 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(60):
-                    nisa.nc_matmul(dst=acc29[0:128, 0:128], stationary=exp28_T[0:128, nl.ds(i_kt * 128, 128)], moving=w29[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc43[0:128, 0:128], stationary=exp28_T[0:128, nl.ds(i_kt * 128, 128)], moving=w29[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o14[0:128, 0:128], data=acc29[0:128, 0:128], operand0=sum14_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o14[0:128, 0:128], data=acc43[0:128, 0:128], operand0=sum14_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o14[0:128, 0:128])
     # rows 7680:8192 see t columns 0:8192 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -795,13 +850,17 @@ def causal_gqa(q, k, v):
                 tp46 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp46[0:128, 0:128], data=q_t15[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT15[0:128, 0:128], src=tp46, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(16):
-                    acc30 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc30[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t30 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=t30[0:128, 0:512], data=acc30[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where15_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 8192 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t30[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(15):
+                    acc44 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc44[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where15_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc44[0:128, 0:512], engine=nisa.engine.vector)
+                acc45 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc45[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, 7680:8192])
+                # where: 2 instruction(s), proved
+                t30 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t30[0:128, 0:512], data=acc45[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where15_blk[0:128, 7680:8192], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 8192 + 15 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t30[0:128, 0:512], on_false_value=-30000.0)
                 exp31 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t31 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -815,10 +874,10 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp47[0:128, 384:512], data=exp31[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp30_T[0:128, nl.ds(i_q * 512, 512)], src=tp47, engine=nisa.engine.scalar)
                 o15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc31 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc46 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(64):
-                    nisa.nc_matmul(dst=acc31[0:128, 0:128], stationary=exp30_T[0:128, nl.ds(i_kt * 128, 128)], moving=w31[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc46[0:128, 0:128], stationary=exp30_T[0:128, nl.ds(i_kt * 128, 128)], moving=w31[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o15[0:128, 0:128], data=acc31[0:128, 0:128], operand0=sum15_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o15[0:128, 0:128], data=acc46[0:128, 0:128], operand0=sum15_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o15[0:128, 0:128])
     return out

@@ -30,7 +30,7 @@ def softmax_matmul(x, w):
             nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[nl.ds(i_rb * 512 + i_r * 128, 128), 0:8192])
             exp1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
             # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-            t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            t = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
             nisa.tensor_reduce(dst=t[0:128, 0:1], data=x_t[0:128, 0:8192], op=nl.maximum, negate=True, axis=1)
             nisa.activation_reduce(dst=exp1[0:128, 0:8192], reduce_res=sum_blk[0:128, nl.ds(i_r, 1)], data=x_t[0:128, 0:8192], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
             for i_q in nl.affine_range(16):
@@ -39,7 +39,7 @@ def softmax_matmul(x, w):
                 nisa.nc_transpose(dst=tp[0:128, 128:256], data=exp1[0:128, nl.ds(i_q * 512 + 128, 128)])
                 nisa.nc_transpose(dst=tp[0:128, 256:384], data=exp1[0:128, nl.ds(i_q * 512 + 256, 128)])
                 nisa.nc_transpose(dst=tp[0:128, 384:512], data=exp1[0:128, nl.ds(i_q * 512 + 384, 128)])
-                nisa.tensor_copy(dst=exp_T[0:128, nl.ds(i_r * 8192 + i_q * 512, 512)], src=tp, engine=nisa.engine.scalar)
+                nisa.tensor_copy(dst=exp_T[0:128, nl.ds(i_r * 8192 + i_q * 512, 512)], src=tp, engine=nisa.engine.vector)
         for i_nb in nl.affine_range(56):
             w1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)
             for i_kt in nl.affine_range(64):

@@ -55,7 +55,7 @@ def causal_gqa(q, k, v):
                 nisa.affine_select(dst=where_blk[0:128, 0:512], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 512 + 0 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t[0:128, 0:512], on_false_value=-30000.0)
                 exp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                t1 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=t1[0:128, 0:1], data=where_blk[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
                 nisa.activation_reduce(dst=exp1[0:128, 0:512], reduce_res=sum_blk[0:128, 0:1], data=where_blk[0:128, 0:512], bias=t1[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
                 tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
@@ -95,16 +95,19 @@ def causal_gqa(q, k, v):
                 tp4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp4[0:128, 0:128], data=q_t1[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT1[0:128, 0:128], src=tp4, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(2):
-                    acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                    nisa.activation(dst=t2[0:128, 0:512], data=acc2[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where1_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:512], on_false_value=-30000.0)
+                acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 0:512])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where1_blk[0:128, 0:512], src=acc2[0:128, 0:512], engine=nisa.engine.vector)
+                acc3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc3[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 512:1024])
+                # where: 2 instruction(s), proved
+                t2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t2[0:128, 0:512], data=acc3[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where1_blk[0:128, 512:1024], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + 1 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:512], on_false_value=-30000.0)
                 exp3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t3 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                t3 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=t3[0:128, 0:1], data=where1_blk[0:128, 0:1024], op=nl.maximum, negate=True, axis=1)
                 nisa.activation_reduce(dst=exp3[0:128, 0:1024], reduce_res=sum1_blk[0:128, 0:1], data=where1_blk[0:128, 0:1024], bias=t3[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
                 for i_q in nl.affine_range(2):
@@ -115,11 +118,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp5[0:128, 384:512], data=exp3[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp2_T[0:128, nl.ds(i_q * 512, 512)], src=tp5, engine=nisa.engine.vector)
                 o1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc3 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc4 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(8):
-                    nisa.nc_matmul(dst=acc3[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc4[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc3[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc4[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o1[0:128, 0:128])
     # rows 1024:1536 see t columns 0:1536 of 2048: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -144,17 +147,21 @@ def causal_gqa(q, k, v):
                 nisa.dma_copy(dst=q_t2[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 tp7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp7[0:128, 0:128], data=q_t2[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT2[0:128, 0:128], src=tp7, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(3):
-                    acc4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc4[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t4 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                    nisa.activation(dst=t4[0:128, 0:512], data=acc4[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where2_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:512], on_false_value=-30000.0)
+                nisa.tensor_copy(dst=lhsT2[0:128, 0:128], src=tp7, engine=nisa.engine.scalar)
+                for i_nt in nl.affine_range(2):
+                    acc5 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc5[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where2_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc5[0:128, 0:512], engine=nisa.engine.scalar)
+                acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, 1024:1536])
+                # where: 2 instruction(s), proved
+                t4 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t4[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where2_blk[0:128, 1024:1536], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + 2 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:512], on_false_value=-30000.0)
                 exp5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t5 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                t5 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=t5[0:128, 0:1], data=where2_blk[0:128, 0:1536], op=nl.maximum, negate=True, axis=1)
                 nisa.activation_reduce(dst=exp5[0:128, 0:1536], reduce_res=sum2_blk[0:128, 0:1], data=where2_blk[0:128, 0:1536], bias=t5[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
                 for i_q in nl.affine_range(3):
@@ -165,11 +172,11 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp8[0:128, 384:512], data=exp5[0:128, nl.ds(i_q * 512 + 384, 128)])
                     nisa.tensor_copy(dst=exp4_T[0:128, nl.ds(i_q * 512, 512)], src=tp8, engine=nisa.engine.vector)
                 o2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc5 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(12):
-                    nisa.nc_matmul(dst=acc5[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc5[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc7[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o2[0:128, 0:128])
     # rows 1536:2048 see t columns 0:2048 of 2048: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
@@ -195,16 +202,20 @@ def causal_gqa(q, k, v):
                 tp10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
                 nisa.nc_transpose(dst=tp10[0:128, 0:128], data=q_t3[0:128, 0:128])
                 nisa.tensor_copy(dst=lhsT3[0:128, 0:128], src=tp10, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(4):
-                    acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: 2 instruction(s), proved
-                    t6 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                    nisa.activation(dst=t6[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
-                    nisa.affine_select(dst=where3_blk[0:128, nl.ds(i_nt * 512, 512)], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + i_nt * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
+                for i_nt in nl.affine_range(3):
+                    acc8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc8[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where3_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc8[0:128, 0:512], engine=nisa.engine.scalar)
+                acc9 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc9[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, 1536:2048])
+                # where: 2 instruction(s), proved
+                t6 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t6[0:128, 0:512], data=acc9[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where3_blk[0:128, 1536:2048], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + 3 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
                 exp7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t7 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                t7 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=t7[0:128, 0:1], data=where3_blk[0:128, 0:2048], op=nl.maximum, negate=True, axis=1)
                 nisa.activation_reduce(dst=exp7[0:128, 0:2048], reduce_res=sum3_blk[0:128, 0:1], data=where3_blk[0:128, 0:2048], bias=t7[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
                 for i_q in nl.affine_range(4):
@@ -213,12 +224,12 @@ def causal_gqa(q, k, v):
                     nisa.nc_transpose(dst=tp11[0:128, 128:256], data=exp7[0:128, nl.ds(i_q * 512 + 128, 128)])
                     nisa.nc_transpose(dst=tp11[0:128, 256:384], data=exp7[0:128, nl.ds(i_q * 512 + 256, 128)])
                     nisa.nc_transpose(dst=tp11[0:128, 384:512], data=exp7[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp6_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.scalar)
+                    nisa.tensor_copy(dst=exp6_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.vector)
                 o3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                acc10 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                 for i_kt in nl.affine_range(16):
-                    nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
+                    nisa.nc_matmul(dst=acc10[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc7[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc10[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o3[0:128, 0:128])
     return out

@@ -53,10 +53,11 @@ def gqa(q, k, v):
                     nisa.tensor_copy(dst=matmul_blk[0:128, nl.ds(i_r * 2048 + i_nt * 512, 512)], src=acc[0:128, 0:512], engine=nisa.engine.scalar)
             for i_r in nl.affine_range(4):
                 exp1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                # max, sub, exp, sum: 3 instruction(s), proved
+                t = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=t[0:128, 0:1], data=matmul_blk[0:128, nl.ds(i_r * 2048, 2048)], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp1[0:128, 0:2048], reduce_res=sum_blk[0:128, nl.ds(i_r, 1)], data=matmul_blk[0:128, nl.ds(i_r * 2048, 2048)], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                nisa.activation(dst=exp1[0:128, 0:2048], data=matmul_blk[0:128, nl.ds(i_r * 2048, 2048)], bias=t[0:128, 0:1], op=nl.exp)
+                nisa.tensor_reduce(dst=sum_blk[0:128, nl.ds(i_r, 1)], data=exp1[0:128, 0:2048], op=nl.add, axis=1)
                 for i_q in nl.affine_range(4):
                     tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
                     nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp1[0:128, nl.ds(i_q * 512, 128)])

@@ -24,10 +24,11 @@ def softmax(x):
         nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_rb * 128, 128), 0:4096])
         div1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         # max, sub, exp, sum, div: 3 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-        t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=t[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.maximum, negate=True, axis=1)
         t1 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation_reduce(dst=t1[0:128, 0:4096], reduce_res=t[0:128, 0:1], data=x_t[0:128, 0:4096], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-        nisa.tensor_scalar(dst=div1[0:128, 0:4096], data=t1[0:128, 0:4096], operand0=t[0:128, 0:1], op0=nl.divide)
+        t2 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(dst=t1[0:128, 0:4096], reduce_res=t2[0:128, 0:1], data=x_t[0:128, 0:4096], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+        nisa.tensor_scalar(dst=div1[0:128, 0:4096], data=t1[0:128, 0:4096], operand0=t2[0:128, 0:1], op0=nl.divide)
         nisa.dma_copy(dst=out[nl.ds(i_rb * 128, 128), 0:4096], src=div1[0:128, 0:4096])
     return out
