@@ -402,6 +402,77 @@ def test_nc_find_index8_marks_a_missing_value_with_the_all_ones_sentinel():
     assert r.outputs.tolist() == [[3, 0xFFFF, 5, 0, 15, 0xFFFF, 7, 7]]
 
 
+def test_nc_match_replace8_replaces_first_occurrences_pairing_repeated_vals_from_the_last_slot():
+    # the documented example: the seven 8s pair with positions 4..10 from slot 7 down to slot 1
+    data = np.array([[1, 2, 3, 4, 8, 8, 8, 8, 8, 8, 8], [5, 6, 7, 0, 0, 9, 1, 2, 3, 4, 4]], np.float32)
+    vals = np.array([[3, 8, 8, 8, 8, 8, 8, 8], [4, 9, 50, 4, 4, 0, 6, 1]], np.float32)
+    r = sim("""
+        @nki.jit
+        def k(x, v):
+            out = nl.ndarray((2, 11), dtype=x.dtype, buffer=nl.shared_hbm)
+            where = nl.ndarray((2, 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+            t = nl.ndarray((2, 11), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            w = nl.ndarray((2, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=w, src=v)
+            o = nl.ndarray((2, 11), dtype=x.dtype, buffer=nl.sbuf)
+            i = nl.ndarray((2, 8), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.nc_match_replace8(dst=o, data=t, vals=w, imm=-1.0, dst_idx=i)
+            nisa.dma_copy(dst=out, src=o)
+            nisa.dma_copy(dst=where, src=i)
+            return out, where
+    """, x=data, v=vals)
+    out, where = r.outputs
+    # row 2: slot 0 wants a third 4 after slots 4 and 3 took both; no 50 at all. A val with no
+    # occurrence left gives the index dtype's all-ones, as nc_find_index8 does
+    none = 0xFFFFFFFF
+    assert where.tolist() == [[2, 10, 9, 8, 7, 6, 5, 4], [none, 5, none, 10, 9, 3, 1, 6]]
+    assert out.tolist() == [[1, 2, -1, 4, -1, -1, -1, -1, -1, -1, -1], [5, -1, 7, -1, 0, -1, -1, 2, 3, -1, -1]]
+
+
+def test_nc_n_gather_picks_each_partitions_own_flattened_elements():
+    x = RNG.standard_normal((4, 2, 8)).astype(np.float32)
+    at = RNG.integers(0, 16, size=(4, 5)).astype(np.uint32)
+    body = """
+        @nki.jit
+        def k(x, at):
+            out = nl.ndarray((4, 5), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((4, 2, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            i = nl.ndarray((4, 5), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=i, src=at)
+            o = nl.ndarray((4, 5), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.nc_n_gather(dst=o, data=t, indices=i)
+            nisa.dma_copy(dst=out, src=o)
+            return out
+    """
+    r = sim(body, x=x, at=at)
+    np.testing.assert_array_equal(r.outputs, np.take_along_axis(x.reshape(4, 16), at.astype(np.int64), axis=1))
+    assert [i.engine.value for i in r.trace if i.opcode == "nc_n_gather"] == ["gpsimd"]
+    at[2, 3] = 16
+    with pytest.raises(KernelError, match="index 16 at partition 2 is past data's 16 elements"):
+        sim(body, x=x, at=at)
+
+
+def test_shared_constant_loads_an_npy_file_a_host_function_wrote(tmp_path):
+    table = RNG.standard_normal((8, 4)).astype(np.float32)
+    np.save(tmp_path / "table.npy", table)
+    body = """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+            c = nl.shared_constant(PATH)
+            t = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=c)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """
+    r = sim(body.replace("PATH", repr(str(tmp_path / "table.npy"))), x=table)
+    np.testing.assert_array_equal(r.outputs, table)
+    with pytest.raises(KernelError, match="shared_constant: cannot load the array file .*missing.npy"):
+        sim(body.replace("PATH", repr(str(tmp_path / "missing.npy"))), x=table)
+
+
 def test_a_dma_casts_between_float_and_integer_dtypes():
     r = sim("""
         @nki.jit

@@ -24,9 +24,9 @@ from .indexing import Predicate
 from .isa_compute import (activation, activation_reduce, exponential, reciprocal, scalar_tensor_tensor,
                           tensor_copy, tensor_scalar, tensor_scalar_reduce, tensor_tensor)
 from .isa_dma import dma, dma_compute, dma_copy, dma_transpose
-from .isa_fill import affine_select, iota, memset, nc_stream_shuffle
-from .isa_reduce import (bn_aggr, bn_stats, max8, nc_find_index8, tensor_partition_reduce, tensor_reduce,
-                         tensor_scalar_cumulative, tensor_tensor_scan)
+from .isa_fill import affine_select, iota, memset, nc_n_gather, nc_stream_shuffle
+from .isa_reduce import (bn_aggr, bn_stats, max8, nc_find_index8, nc_match_replace8, tensor_partition_reduce,
+                         tensor_reduce, tensor_scalar_cumulative, tensor_tensor_scan)
 from .isa_tensor import nc_matmul, nc_transpose
 from .spmd import core_barrier
 
@@ -50,7 +50,7 @@ BETA1_POSITIONAL = {
     "tensor_partition_reduce": 2, "tensor_tensor_scan": 6, "tensor_scalar_cumulative": 5,
     "tensor_copy": 1, "reciprocal": 1, "exponential": 1, "iota": 2, "memset": 3,
     "dma_copy": 2, "dma_transpose": 1, "dma_compute": 3, "nc_stream_shuffle": 2,
-    "core_barrier": 2, "max8": 1, "nc_find_index8": 2,
+    "core_barrier": 2, "max8": 1, "nc_find_index8": 2, "nc_match_replace8": 3, "nc_n_gather": 2,
     "tensor_scalar_reduce": 5, "bn_stats": 1, "bn_aggr": 1, "affine_select": 3,
 }
 
@@ -64,7 +64,8 @@ INSTRUCTIONS = {
     "memset": memset, "dma_copy": dma_copy, "dma_transpose": dma_transpose, "dma_compute": dma_compute,
     "tensor_scalar_reduce": tensor_scalar_reduce, "bn_stats": bn_stats, "bn_aggr": bn_aggr,
     "affine_select": affine_select, "nc_stream_shuffle": nc_stream_shuffle, "core_barrier": core_barrier,
-    "max8": max8, "nc_find_index8": nc_find_index8,
+    "max8": max8, "nc_find_index8": nc_find_index8, "nc_match_replace8": nc_match_replace8,
+    "nc_n_gather": nc_n_gather,
 }
 
 # Instructions that write no tile: every argument is an operand, in both APIs.

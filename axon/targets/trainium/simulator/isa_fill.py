@@ -177,3 +177,35 @@ def _shuffle_sources(shuffle_mask, n_dst: int, n_src: int, opc: str) -> list[tup
                               f"but src spans {n_src} partitions")
         picks.append((j, source))
     return picks
+
+
+def nc_n_gather(ctx, dst, data, indices, mask=None, name=None, **_):
+    """Per-partition gather on the GpSimd Engine: dst[p, j] = data[p, indices[p, j]], the free
+    elements of data (and of indices) flattened; all three in SBUF, indices uint32, dst of data's
+    dtype and of indices' free shape [nki.isa.nc_n_gather]. An index past data's elements is an
+    error (the documentation gives it no meaning)."""
+    opc = "nc_n_gather"
+    d = onchip(ctx, data, "data", opc, allowed=(SBUF,))
+    ix = onchip(ctx, indices, "indices", opc, allowed=(SBUF,))
+    if ix.dtype != np.uint32:
+        raise KernelError(f"nisa.{opc}: indices must be uint32, got {ix.dtype.name}")
+    P, n, m = d.shape[0], free_size(d.shape), free_size(ix.shape)
+    if ix.shape[0] != P:
+        raise KernelError(f"nisa.{opc}: data has {P} partitions but indices has {ix.shape[0]}")
+    out, fresh = dst_tile(ctx, dst, ix.shape, dtype_of(dst, None, d.dtype), SBUF, opc, mask)
+    if out.dtype != d.dtype:
+        raise KernelError(f"nisa.{opc}: dst is {out.dtype.name} but data is {d.dtype.name}")
+    ins = ctx.emit(opc, Engine.GPSIMD, P, m, d.dtype, (d.region(), ix.region()), (out.region(),), src_extra(d, ix))
+    _, dini = read(ctx, d, opc, "data")
+    _, iini = read(ctx, ix, opc, "indices")
+    vals = init = None
+    if not ctx.timing_only:
+        at = ix.values().reshape(P, m).astype(np.int64)
+        if at.size and (at.max() >= n):
+            p, j = np.argwhere(at >= n)[0]
+            raise KernelError(f"nisa.{opc}: index {at[p, j]} at partition {p} is past data's {n} elements per partition")
+        vals = np.take_along_axis(d.values().reshape(P, n), at, axis=1).reshape(out.shape)
+        if dini is not None:
+            init = np.take_along_axis(np.broadcast_to(dini, d.shape).reshape(P, n), at, axis=1).reshape(out.shape)
+            init = init if iini is None else init & np.broadcast_to(iini, ix.shape).reshape(out.shape)
+    return finish(ctx, out, fresh, vals, init, mask, ins)

@@ -281,3 +281,45 @@ def nc_find_index8(ctx, dst, data, vals, mask=None, dtype=None, name=None, **_):
         idx = np.where(hits.any(axis=2), hits.argmax(axis=2), _NOT_FOUND[out.dtype]).reshape(out.shape)
     init = None if wini is None else wini.reshape(P, _TOP)
     return finish(ctx, out, fresh, idx, None if init is None else np.asarray(init).reshape(out.shape), None, ins)
+
+
+def nc_match_replace8(ctx, dst, data, vals, imm, dst_idx=None, mask=None, dtype=None, name=None, **_):
+    """`data` with the first occurrence, per partition, of each of the 8 `vals` replaced by `imm`
+    (compared in float32), on the Vector Engine; with `dst_idx`, the matched positions (into the
+    flattened free elements). The vals are taken in reverse order (7 down to 0), each matching the
+    first position no earlier val took, so repeated vals pair with distinct occurrences: the first
+    occurrence goes to the highest slot [nki.isa.nc_match_replace8]. A val with no occurrence left
+    gives the all-ones sentinel of the index dtype, as nc_find_index8's does."""
+    opc = "nc_match_replace8"
+    d, w = onchip(ctx, data, "data", opc), onchip(ctx, vals, "vals", opc)
+    n = _free_elements(d, opc, "data")
+    P = d.shape[0]
+    _eight_per_partition(w, P, opc, "vals")
+    out, fresh = dst_tile(ctx, dst, d.shape, dtype_of(dst, dtype, d.dtype), SBUF, opc, mask)
+    idx_out = None
+    if dst_idx is not None:
+        idx_out, _ = dst_tile(ctx, dst_idx, (P, _TOP), dst_idx.dtype, SBUF, opc)
+        if idx_out.dtype not in _NOT_FOUND:
+            raise KernelError(f"nisa.{opc}: dst_idx must be uint32 or uint16, got {idx_out.dtype.name}")
+    outs = (out.region(),) + ((idx_out.region(),) if idx_out is not None else ())
+    ins = ctx.emit(opc, Engine.VECTOR, P, n, d.dtype, (w.region(), d.region()), outs, src_extra(d, w))
+    dv, dini = read(ctx, d, opc, "data")
+    wv, wini = read(ctx, w, opc, "vals")
+    replaced = idx = None
+    if dv is not None:
+        dv, wv = dv.reshape(P, n), wv.reshape(P, _TOP)
+        replaced, taken = dv.copy(), np.zeros((P, n), bool)
+        idx = np.full((P, _TOP), _NOT_FOUND[idx_out.dtype if idx_out is not None else np.dtype(np.uint32)])
+        for slot in reversed(range(_TOP)):
+            hits = (dv == wv[:, slot:slot + 1]) & ~taken
+            rows = np.nonzero(hits.any(axis=1))[0]
+            pos = hits[rows].argmax(axis=1)
+            taken[rows, pos] = True
+            replaced[rows, pos] = F32(imm)
+            idx[rows, slot] = pos
+        replaced = replaced.reshape(out.shape)
+    result = finish(ctx, out, fresh, replaced, dini, mask, ins)
+    if idx_out is not None:
+        init = None if wini is None else np.asarray(wini).reshape(idx_out.shape)
+        finish(ctx, idx_out, False, None if idx is None else idx.reshape(idx_out.shape), init, None, ins)
+    return result

@@ -12,6 +12,7 @@ Invariant: storing a fresh, unread instruction result into a tile (`t[...] = nl.
 from __future__ import annotations
 
 import math
+import os
 import numbers
 
 import numpy as np
@@ -385,9 +386,15 @@ def program_ndim(ctx, **_):
 
 
 def shared_constant(ctx, constant, dtype=None, **_):
-    """nl.shared_constant: an HBM tensor holding `constant` (a NumPy array)."""
+    """nl.shared_constant: an HBM tensor holding `constant` (a NumPy array, or the path of an
+    .npy file holding one, as kernels that build their constants on the host pass it)."""
     from .memory import wrap_array
 
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            constant = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise KernelError(f"shared_constant: cannot load the array file {os.fspath(constant)!r}: {err}") from None
     arr = np.asarray(constant)
     if dtype is None and arr.dtype in (np.float64, np.int64):
         dtype = np.float32 if arr.dtype == np.float64 else np.int32
