@@ -22,10 +22,11 @@ from axon.errors import UnsupportedError
 from axon.fusion.nodes import FUSION_MODES, RowWorld, groups, is_rowwise
 from axon.ir import Graph
 from axon.semantics.ops import Op
-from axon.tiling.build import KernelBuilder, Options, Pass, weights_shared_from
+from axon.tiling.build import KernelBuilder, Options, Pass
+from axon.tiling.online import merge_lemma
 from axon.tiling.positions import masked_prefix, position_memories
 from axon.tiling.packing import fold_heads, pack_factors, pack_rows, packed_sizes
-from axon.tiling.space import check, concrete, default_tiling, enumerate_tilings
+from axon.tiling.space import check, concrete, default_tiling, enumerate_tilings, weights_shared_from
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Candidate:
                                                              if p.tiling.col_split > 1 else "")
                           + (f", column chunks of {p.tiling.col_chunk}" if p.tiling.col_chunk else "")
                           + (f", weights streamed in K pieces of <= {p.tiling.k_block}" if p.tiling.k_block else "")
+                          + (f", online softmax over key chunks of {p.tiling.kv_chunk}" if p.tiling.kv_chunk else "")
                           for i, p in enumerate(self.passes))
         packed = f", rows packed {self.options.packed} per partition" if self.options.packed > 1 else ""
         packed += f", {self.options.fold} heads folded into the rows" if self.options.fold else ""
@@ -115,7 +117,10 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
                      f"{t.row_block}{matmul}"
                      + (f", {t.col_split} column chunks per row tile" if t.col_split > 1 else "")
                      + (f", rows walked in column chunks of {t.col_chunk}" if t.col_chunk else "")
-                     + (f", weights streamed along K in pieces of <= {t.k_block} rows" if t.k_block else ""))
+                     + (f", weights streamed along K in pieces of <= {t.k_block} rows" if t.k_block else "")
+                     + (f", keys walked in chunks of {t.kv_chunk} with a running softmax state (online softmax: "
+                        f"the merge of chunk states {merge_lemma().status.value.lower()} by the verifier)"
+                        if t.kv_chunk else ""))
     if lowering_sources:
         lines.append("lowerings: " + ", ".join(f"{op} ({src})" for op, src in sorted(lowering_sources.items())))
     return lines
@@ -142,11 +147,16 @@ def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype
 
 
 def _stationary_options(world: RowWorld, target) -> list[str]:
+    """How an input reaches a matmul's contraction layout: transposed by the Tensor Engine ("pe"),
+    or on its way in by the DMA engine ("dma", where the target has DMA transposes and some matmul
+    reads an input that way: its stationary operand, or a transposed input as its moving one)."""
     opts = ["pe"]
     if not getattr(target, "dma_transpose", False):
         return opts
     for n in world.compute_nodes():
-        if n.op is Op.MATMUL and n.inputs[0].op is Op.INPUT:
+        B = n.inputs[1] if n.op is Op.MATMUL else None
+        if n.op is Op.MATMUL and (n.inputs[0].op is Op.INPUT or (
+                world.roles.get(B) == "view" and B.op is Op.TRANSPOSE and B.inputs[0].op is Op.INPUT)):
             opts.append("dma")
             break
     return opts
@@ -220,6 +230,11 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                 # earlier source (an index past a phase's alternatives gives its fused program again)
                 for stationary in _stationary_options(world, target):
                     for combo in combos:
+                        if any(t.kv_chunk for t in combo) and stationary != _stationary_options(world, target)[-1]:
+                            # an online-softmax walk loads its weights again per chunk or per kv head:
+                            # transposed by the DMA engine where the target can, the Tensor Engine
+                            # keeps to the walk's two matmuls
+                            continue
                         for alt in range(1 + _max_alternatives(lowerer)):
                             fresh = [_candidate(name, target, world, wsizes, dtype, lowerer, counts, seen,
                                                 Candidate(vi, rewrites, mode,
@@ -359,11 +374,12 @@ def static_cost(world: RowWorld, passes: tuple, sizes, dtype: str) -> float:
         phs = phases(world, p.group)
         reads = batch * blocks  # weights: once per row block (a proxy for per-block work too)
         crossing = {x for q in passes if q is not p for m in q.group.nodes for x in m.inputs}
-        if masked_prefix(world, p.group, sizes, members & crossing) is not None:
+        if masked_prefix(world, p.group, sizes, members & crossing) is not None or (t.kv_chunk and not t.n_block):
             # a causal pass: what it computes depends on how finely its row blocks follow the
             # diagonal, which traffic cannot see; its weights are read once per iteration of the
-            # batch loops outside the ones that share them (tiling.build.weights_shared_from),
-            # so every row block size ties here and the performance model chooses
+            # batch loops outside the ones that share them (tiling.space.weights_shared_from),
+            # so every row block size ties here and the performance model chooses. An online
+            # softmax walk with its weights whole on chip reads them so too
             shared = weights_shared_from(world, phs, t, members, sizes,
                                          lambda n: n.op is Op.INPUT or n in produced_in and produced_in[n] < pi)
             reads = math.prod(concrete(b, sizes) for b in world.batch[:shared]) if shared < len(world.batch) \

@@ -32,11 +32,12 @@ from typing import Callable, Mapping
 from axon.errors import UnsupportedError
 from axon.fusion.nodes import (ONE, Group, RowWorld, chunk_plan, combine_identity, combine_op, is_wide, phases,
                                view_source)
-from axon.ir import Node, input_node, make_node
+from axon.ir import Graph, Node, input_node, make_node
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import Op
+from axon.tiling.online import START, chunk_state, merge_lemma, merge_nodes, online_softmax
 from axon.tiling.positions import masked_prefix, position_memories, predicate
-from axon.tiling.space import Tiling, chunk_dim, column_slice, concrete, strided_columns
+from axon.tiling.space import Tiling, chunk_dim, column_slice, concrete, strided_columns, weights_shared_from
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,11 @@ def _ex(*terms) -> str:
     if const or not parts:
         parts.append(str(const))
     return " + ".join(parts)
+
+
+def _divisor(n: int, bound: int) -> int:
+    """The largest divisor of n at most bound."""
+    return next(d for d in range(min(n, bound), 0, -1) if n % d == 0)
 
 
 def inplace_plan(nodes, block, trans, outputs, hbm, cols) -> dict:
@@ -173,7 +179,9 @@ class KernelBuilder:
             em.broadcast_vector(self.vectors[v], v.params.name, self.cols(v), self.rows_tile())
         for pi, p in enumerate(self.passes):
             prefix = self._masked_prefix(p)
-            if prefix is None:
+            if p.tiling.kv_chunk:
+                self.emit_pass_online(pi, p, consumers, owner)
+            elif prefix is None:
                 self.emit_pass(pi, p, consumers, owner)
             else:
                 self.emit_pass_prefixed(pi, p, prefix, consumers, owner)
@@ -249,6 +257,142 @@ class KernelBuilder:
                     self.matmul_phase(ph, t, rows0, block, trans, members, consumers, owner, pi)
         for c in reversed(ctx):
             c.__exit__(None, None, None)
+
+    # -- online softmax: the keys walked in chunks with a running state (tiling.online) ----------
+    def emit_pass_online(self, pi: int, p: Pass, consumers, owner):
+        """An online-softmax pass: per row tile, the scores' columns in chunks of t.kv_chunk, each
+        chunk's state (its max, exp sum and exp @ W2) merged into a running one by the proved
+        merge (tiling.online), then the second matmul's element-wise tail once, on the last state."""
+        from axon.verification import Status
+
+        em, w, t = self.em, self.w, p.tiling
+        form = online_softmax(w, p.group)
+        if form is None:
+            raise UnsupportedError("an online-softmax tiling of a pass without max, exp, sum between two matmuls")
+        lemma = merge_lemma()
+        if lemma.status is not Status.PROVED:
+            raise UnsupportedError(f"online softmax: the merge of chunk states is not proved ({lemma.status.value})")
+        members = set(p.group.nodes)
+        P, CH, T = t.row_tile, t.kv_chunk, self.sizes[form.dim]
+        R = self.c(w.row)
+        em.comment(f"pass {pi + 1}: " + ", ".join(n.op.value for n in p.group.nodes)
+                   + f"  (rows {P} per block; {form.dim} walked in {T // CH} chunks of {CH} with a running "
+                   "softmax state, weights " + ("whole on chip)" if not t.n_block else "loaded per chunk)"))
+        matmul_phases = [form.scores, form.values]
+        shared_from = self._weights_shared_from(matmul_phases, t, members) if not t.n_block else len(w.batch)
+        self.shared_weights = {}
+        ctx = []
+        for j, size in enumerate(w.batch):
+            if j == shared_from:
+                self._load_shared_weights(matmul_phases, t)
+            ctx.append(em.loop(f"i_b{j}", self.c(size)))
+            ctx[-1].__enter__()
+        with em.loop("i_rb", R // P, scoped=len(self.passes) > 1, only=self._blocks(P), runs=self.block_runs), \
+                em.loop("i_r", 1):
+            rows0 = ("i_rb", P)
+            A = form.scores.matmuls[0].inputs[0]
+            trans = {}
+            if A in members:
+                trans[A] = (em.alloc(f"{self._nm(A)}_T", t.k_tile, self.cols(A) // t.k_tile * P, "kernel"),
+                            self.cols(A) // t.k_tile, "i_r")
+            for ph in form.lead:
+                self.row_phase(ph, t, rows0, {}, trans, members, {A}, consumers, owner, pi)
+            qT, _, tcol = self._stationary(A, t, rows0, {}, trans, members)
+            if not t.n_block and shared_from == len(w.batch):
+                self._load_shared_weights(matmul_phases, t)  # whole, once per row block
+            state = {"m": em.alloc("m_run", P, 1, "state"), "l": em.alloc("l_run", P, 1, "state"),
+                     "o": em.alloc("o_run", P, self.cols(form.o), "state")}
+            em.fill(em.view(state["m"], P, "0", 1), START)
+            em.fill(em.view(state["l"], P, "0", 1), 0.0)
+            em.fill(em.view(state["o"], P, "0", self.cols(form.o)), 0.0)
+            try:
+                self.sizes[form.dim] = CH
+                with em.loop("i_ch", T // CH, sequential=True):
+                    self._online_chunk(form, t, T, qT, tcol, rows0, state, members)
+            finally:
+                self.sizes[form.dim] = T
+            self._online_tail(form, t, rows0, state, members, consumers, owner, pi)
+        for c in reversed(ctx):
+            c.__exit__(None, None, None)
+
+    def _online_chunk(self, form, t: Tiling, T: int, qT: str, tcol, rows0, state: dict, members):
+        """One chunk of an online-softmax walk (self.sizes binds t to the chunk): its scores, its
+        state, and the merge into the running state."""
+        em = self.em
+        P, KT, CH, NT = t.row_tile, t.k_tile, t.kv_chunk, t.n_tile_for(t.kv_chunk)
+        rows = _ex(rows0, ("i_r", P))
+        s_mm, v_mm = form.scores.matmuls[0], form.o
+        x = next(n for n in form.state.nodes if n is form.m).inputs[0]
+        D, K1 = self.cols(v_mm), self.cols(s_mm.inputs[0])
+        # weights: whole on chip (the chunk's columns / k tiles of them), or this chunk's block
+        if s_mm in self.shared_weights:
+            w1, c1 = self.shared_weights[s_mm], _ex(("i_kt", T), ("i_ch", CH), ("i_nt", NT))
+            w2, c2 = self.shared_weights[v_mm], _ex(("i_ch", CH // KT * D), ("i_kt", D))
+        else:
+            w1 = self._weight_piece(s_mm, K1, KT, CH, None, P, at=((), (("i_ch", CH),)))
+            w2 = self._weight_piece(v_mm, CH, KT, D, None, P, at=((("i_ch", CH),), ()))
+            c1, c2 = _ex(("i_kt", CH), ("i_nt", NT)), _ex(("i_kt", D))
+        xs = em.alloc(f"{self._nm(x)}_chunk", P, CH, "f32")
+        with em.loop("i_nt", CH // NT):
+            acc = em.alloc("acc", P, NT, "accum")
+            em.matmul(acc, qT, w1, P, KT, NT, K1 // KT, tcol("i_kt"), c1, step=self.lowerer.matmul(s_mm).steps[0])
+            here = {s_mm: em.view(acc, P, "0", NT)}
+            dst = em.view(xs, P, _ex(("i_nt", NT)), NT)
+            if form.scores.epilogue:
+                col0 = _ex(("i_ch", CH), ("i_nt", NT))
+                self.run_program(form.scores.epilogue, [x],
+                                 lambda y: self.operand(y, here, {}, members, "i_r", P, rows, chunk=(col0, NT)),
+                                 lambda n: dst if n is x else em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT),
+                                 P, chunk=(CH, NT), memories={s_mm: "psum"})
+            else:
+                em.copy(dst, here[s_mm])
+        # the chunk's own state: its negated max, exp(x - max) (only read transposed), the exp's sum
+        cs = chunk_state(x)
+        # a max of bf16 scores is one of them: kept bf16, the reduction takes its bf16 rate
+        tiles = {cs["n"]: em.view(em.alloc("n_chunk", P, 1, em.tile_dtype[xs]), P, "0", 1),
+                 cs["l"]: em.view(em.alloc("l_chunk", P, 1, "f32"), P, "0", 1),
+                 cs["e"]: em.view(em.alloc(self._nm(form.e), P, CH, "kernel"), P, "0", CH)}
+        upstream = set(Graph((), (x,)).nodes())
+        nodes = [n for n in Graph((), (cs["n"], cs["l"])).nodes() if n not in upstream]
+        self.run_program(nodes, list(tiles), lambda y: em.view(xs, P, "0", CH), lambda n: tiles[n], P)
+        eT = em.alloc(f"{self._nm(form.e)}_T", KT, CH // KT * P, "kernel")
+        em.transpose_into(eT, tiles[cs["e"]], P, KT, CH // KT, "i_r", "0")
+        acc_o = em.alloc("acc", P, D, "accum")
+        em.matmul(acc_o, eT, w2, P, KT, D, CH // KT, _ex(("i_kt", P)), c2, step=self.lowerer.matmul(v_mm).steps[0])
+        # the merge: m' to a fresh column (the old m is read after it), l' and o' over l and o (each
+        # old value feeds only its own new one, so the instruction writing it comes last)
+        ins, merged = merge_nodes(form.m, form.o)
+        given = {ins["m"]: em.view(state["m"], P, "0", 1), ins["l"]: em.view(state["l"], P, "0", 1),
+                 ins["o"]: em.view(state["o"], P, "0", D), ins["n_c"]: tiles[cs["n"]], ins["l_c"]: tiles[cs["l"]],
+                 ins["o_c"]: em.view(acc_o, P, "0", D)}
+        m_new = em.view(em.alloc("m_new", P, 1, "state"), P, "0", 1)
+        out = {merged["m"]: m_new, merged["l"]: given[ins["l"]], merged["o"]: given[ins["o"]]}
+        nodes = [n for n in Graph((), tuple(merged.values())).nodes() if n.op is not Op.INPUT]
+        wide, em.wide_dtype = em.wide_dtype, "f32"  # the merge's temporaries carry the state: f32
+        try:
+            self.run_program(nodes, list(out), lambda y: given[y], lambda n: out[n], P, memories={ins["o_c"]: "psum"})
+        finally:
+            em.wide_dtype = wide
+        em.copy(given[ins["m"]], m_new)
+
+    def _online_tail(self, form, t: Tiling, rows0, state: dict, members, consumers, owner, pi):
+        """The second matmul's element-wise tail on the walk's last state, and the stores."""
+        em = self.em
+        P = t.row_tile
+        rows = _ex(rows0, ("i_r", P))
+        here = {form.o: em.view(state["o"], P, "0", self.cols(form.o)), form.l: em.view(state["l"], P, "0", 1),
+                form.m: em.view(state["m"], P, "0", 1)}
+        tail = form.values.epilogue
+        if tail:
+            needed = [n for n in tail if self._needs_store(n, consumers, owner, pi)]
+            only_stored = lambda n: pi not in consumers.get(n, ())
+            here.update(self.run_program(
+                tail, needed, lambda y: self.operand(y, here, {}, members, "i_r", P, rows),
+                lambda n: em.view(em.alloc(self._nm(n), P, self.cols(n), "kernel" if only_stored(n) else "f32"),
+                                  P, "0", self.cols(n)), P))
+        for n in form.values.nodes:
+            for oname, transposed in self._needs_store(n, consumers, owner, pi):
+                self.store(n, here[n], oname, transposed, rows, P, "0", self.cols(n))
 
     # -- causal passes: each row block computes only the columns it can see -------------------
     def _masked_prefix(self, p: Pass):
@@ -699,28 +843,7 @@ class KernelBuilder:
         NB, NT = t.n_block_for(N), t.n_tile_for(N)
         if N % NB or NB % NT:
             raise UnsupportedError(f"width {N} does not split into blocks of {NB} and tiles of {NT}")
-        # the stationary operand: A^T in K-tiles of [KT, P]
-        if A in trans:
-            tile, _, layout = trans[A]
-        elif w.roles.get(A) == "view" and A.op is Op.TRANSPOSE:
-            tile, layout = em.alloc("lhsT", KT, kts * BM * P, "kernel"), "k"
-            src = view_source(A)
-            with em.loop("i_kt", kts):
-                em.dma(em.view(tile, KT, _ex(("i_kt", BM * P)), BM * P),
-                       self._ref_rows_cols(src, f"i_kt * {KT}", KT, _ex(rows0), BM * P))
-        else:
-            tile, layout = em.alloc("lhsT", KT, kts * BM * P, "kernel"), "i_r"
-            with em.loop("i_r", BM):
-                rows = _ex(rows0, ("i_r", P))
-                if self.opt.stationary == "dma" and (A.op is Op.INPUT or A in self.hbm):
-                    with em.loop("i_kt", kts):
-                        em.dma_transpose(em.view(tile, KT, _ex(("i_r", kts * P), ("i_kt", P)), P),
-                                         self.hbm_ref(A, rows, P, f"i_kt * {KT}:i_kt * {KT} + {KT}"))
-                else:
-                    here: dict = {}
-                    src = self.operand(A, here, block, members, "i_r", P, rows)
-                    em.transpose_into(tile, src, P, KT, kts, "i_r", _ex(("i_r", kts * P)))
-        tcol = (lambda kt: _ex(("i_r", kts * P), (kt, P))) if layout == "i_r" else (lambda kt: _ex((kt, BM * P), ("i_r", P)))
+        tile, layout, tcol = self._stationary(A, t, rows0, block, trans, members)
         KB = t.k_block_for(K)
         if KB < K:
             return self._matmul_streamed(ph, t, tile, layout, K, N, NB, NT, KB, rows0, block, trans, members,
@@ -744,27 +867,63 @@ class KernelBuilder:
                 for (n, oname), pk in packs.items():
                     em.dma(self._out_ref(n, oname, rows, P, f"i_nb * {NB}:i_nb * {NB} + {NB}"), em.view(pk, P, "0", NB))
 
-    def _weight_piece(self, mm: Node, K: int, KT: int, NB: int, KB, P: int) -> str:
+    def _stationary(self, A: Node, t: Tiling, rows0, block, trans, members):
+        """A matmul's stationary operand A^T in K-tiles of [KT, P] for the block's rows: (tile,
+        layout, k tile -> its columns in the tile)."""
+        em, w = self.em, self.w
+        P, BM, KT = t.row_tile, t.row_block, t.k_tile
+        kts = self.cols(A) // KT
+        if A in trans:
+            tile, _, layout = trans[A]
+        elif w.roles.get(A) == "view" and A.op is Op.TRANSPOSE:
+            tile, layout = em.alloc("lhsT", KT, kts * BM * P, "kernel"), "k"
+            src = view_source(A)
+            with em.loop("i_kt", kts):
+                em.dma(em.view(tile, KT, _ex(("i_kt", BM * P)), BM * P),
+                       self._ref_rows_cols(src, f"i_kt * {KT}", KT, _ex(rows0), BM * P))
+        else:
+            tile, layout = em.alloc("lhsT", KT, kts * BM * P, "kernel"), "i_r"
+            with em.loop("i_r", BM):
+                rows = _ex(rows0, ("i_r", P))
+                if self.opt.stationary == "dma" and (A.op is Op.INPUT or A in self.hbm):
+                    with em.loop("i_kt", kts):
+                        em.dma_transpose(em.view(tile, KT, _ex(("i_r", kts * P), ("i_kt", P)), P),
+                                         self.hbm_ref(A, rows, P, f"i_kt * {KT}:i_kt * {KT} + {KT}"))
+                else:
+                    here: dict = {}
+                    src = self.operand(A, here, block, members, "i_r", P, rows)
+                    em.transpose_into(tile, src, P, KT, kts, "i_r", _ex(("i_r", kts * P)))
+        if layout == "i_r":
+            return tile, layout, lambda kt: _ex(("i_r", kts * P), (kt, P))
+        return tile, layout, lambda kt: _ex((kt, BM * P), ("i_r", P))
+
+    def _weight_piece(self, mm: Node, K: int, KT: int, NB: int, KB, P: int, at=None) -> str:
         """Load the weight block of columns i_nb * NB (all K rows, or with KB the piece of KB rows
-        starting at i_kb * KB) as [KT, (rows / KT) * NB]: k tile q at columns q * NB."""
+        starting at i_kb * KB) as [KT, (rows / KT) * NB]: k tile q at columns q * NB. `at`: the
+        block's first (row, column) in the weight as index terms, instead of (i_kb * KB, i_nb * NB)."""
         em, w = self.em, self.w
         rows = KB or K
-        r0 = _ex(("i_kb", KB)) if KB else "0"
+        r_at, c_at = at or (((("i_kb", KB),) if KB else ()), (("i_nb", NB),))
         B = mm.inputs[1]
         wt = em.alloc("w", KT, (rows // KT) * NB, "kernel")
-        if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE:
+        if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE and self.opt.stationary == "dma":
+            src = view_source(B)  # [.., N, K]: the DMA engine transposes blocks of its rows on the way in
+            jn = _divisor(NB, self.em.dma_transpose_rows)
+            with em.loop("i_kt", rows // KT), em.loop("i_j", NB // jn):
+                em.dma_transpose(em.view(wt, KT, _ex(("i_kt", NB), ("i_j", jn)), jn),
+                                 self._ref_rows_cols(src, _ex(*c_at, ("i_j", jn)), jn, _ex(*r_at, ("i_kt", KT)), KT))
+        elif w.roles.get(B) == "view" and B.op is Op.TRANSPOSE:
             src = view_source(B)  # [.., N, K]: rows of src are output columns
             # weight rows per transpose: up to a contraction tile's partitions, even for a short row tile
             jn = next(d for d in range(min(max(P, KT), NB), 0, -1) if NB % d == 0)
             with em.loop("i_j", NB // jn):
                 rt = em.alloc("wrows", jn, rows, "kernel")
-                em.dma(em.view(rt, jn, "0", rows), self._ref_rows_cols(src, _ex(("i_nb", NB), ("i_j", jn)), jn, r0, rows))
+                em.dma(em.view(rt, jn, "0", rows), self._ref_rows_cols(src, _ex(*c_at, ("i_j", jn)), jn, _ex(*r_at), rows))
                 em.transpose_into(wt, em.view(rt, jn, "0", rows), jn, KT, rows // KT, "k", _ex(("i_j", jn)), stride=NB)
         else:
             with em.loop("i_kt", rows // KT):
                 em.dma(em.view(wt, KT, _ex(("i_kt", NB)), NB),
-                       self._ref_rows_cols(B, _ex(("i_kb", KB), ("i_kt", KT)) if KB else f"i_kt * {KT}", KT,
-                                           _ex(("i_nb", NB)), NB))
+                       self._ref_rows_cols(B, _ex(*r_at, ("i_kt", KT)), KT, _ex(*c_at), NB))
         return wt
 
     def _packs(self, ph, NB: int, P: int, consumers, owner, pi) -> dict:
@@ -869,28 +1028,6 @@ class KernelBuilder:
         name = self.hbm[src]
         idx = self._batch_prefix(src) + [f"{r0}:{r0} + {nr}", f"{c0}:{c0} + {nc}"]
         return f"{name}[{', '.join(idx)}]"
-
-
-def weights_shared_from(world: RowWorld, phs, t: Tiling, members, sizes, in_hbm) -> int:
-    """The first batch loop none of a pass's matmul weights varies over (len(batch): none), when
-    every weight is an HBM value (`in_hbm`) loaded whole (all of K, one block of N): the weight
-    blocks are then loaded once, outside those loops, and shared by their iterations (the kv
-    head's K and V, shared by the query heads of its group)."""
-    wb = world.batch
-    mms = [mm for ph in phs if ph.kind != "row" for mm in ph.matmuls]
-    if not mms:
-        return len(wb)
-    first = 0
-    for mm in mms:
-        B = mm.inputs[1]
-        src = view_source(B) if world.roles.get(B) == "view" else B
-        K, N = concrete(mm.inputs[0].shape[-1], sizes), concrete(mm.shape[-1], sizes)
-        if src in members or not in_hbm(src) or t.k_block_for(K) < K or t.n_block_for(N) < N:
-            return len(wb)
-        nb = src.rank - 2
-        varies = [len(wb) - nb + j for j in range(nb) if concrete(src.shape[j], sizes) != 1]
-        first = max([first] + [j + 1 for j in varies])
-    return first
 
 
 def _group_of(phase) -> Group:

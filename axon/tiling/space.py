@@ -25,10 +25,11 @@ target module is imported.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from axon.fusion.nodes import Group, Phase, RowWorld, phases
+from axon.fusion.nodes import Group, Phase, RowWorld, phases, view_source
 from axon.ir import Node
 from axon.semantics.ops import OP_SPECS, Op, OpKind
 from axon.semantics.sizes import Size
@@ -60,11 +61,13 @@ class Tiling:
     # may be shorter; 0: whole rows
     k_block: int = 0  # matmul passes: contraction rows of each weight piece streamed through the
     # chip (a multiple of k_tile); 0: the whole K x n_block weight strip resident at once
+    kv_chunk: int = 0  # an online-softmax pass (tiling.online): columns of the scores per chunk of
+    # the walk; its weights whole on chip (n_block 0) or loaded per chunk (n_block = kv_chunk)
 
     def describe(self) -> dict:
         return {"row_tile": self.row_tile, "row_block": self.row_block, "n_tile": self.n_tile,
                 "n_block": self.n_block, "k_tile": self.k_tile, "col_split": self.col_split,
-                "col_chunk": self.col_chunk, "k_block": self.k_block}
+                "col_chunk": self.col_chunk, "k_block": self.k_block, "kv_chunk": self.kv_chunk}
 
     def k_block_for(self, k: int) -> int:
         """Contraction rows per weight piece for a matmul over k: the largest multiple of k_tile that
@@ -91,6 +94,7 @@ DEFAULT_COL_SPLITS = (1, 2, 4, 8)  # column chunks per row tile in element-wise 
 MIN_CHUNK_BYTES = 512  # a chunk's contiguous bytes per partition: shorter DMAs are overhead-bound
 DEFAULT_COL_CHUNKS = (1024, 2048, 4096, 8192, 16384)  # columns per chunk when rows are walked in chunks
 DEFAULT_K_BLOCKS = (8192, 4096, 2048, 1024, 512, 256, 128)  # weight piece rows, tried largest first
+DEFAULT_KV_CHUNKS = (4096, 2048, 1024, 512)  # score columns per chunk of an online-softmax walk
 NARROW_N_TILES = (256, 128)  # output columns per matmul when no bank-wide tiling fits
 
 
@@ -245,7 +249,65 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
                 t = Tiling(row_tile, rb, n_tiles[0], 0, k_tile, 1, cc)
                 why = check(world, group, t, sizes, limits)
                 (rejected.append((t, why)) if why else fits.append(t))
+    fits += _online_tilings(world, group, sizes, limits, row_tile, k_tile, n_tiles[-1], rejected)
     return fits, rejected
+
+
+def _online_tilings(world: RowWorld, group: Group, sizes, limits: Limits, row_tile: int, k_tile: int, nt: int,
+                    rejected: list) -> list[Tiling]:
+    """An online-softmax pass (tiling.online) walked in chunks of its scores' columns: one row
+    tile at a time, the weights whole on chip (shared by every row block) or loaded per chunk."""
+    from axon.tiling.online import merge_lemma, online_softmax
+    from axon.verification import Status
+
+    form = online_softmax(world, group)
+    if form is None:
+        return []
+    lemma = merge_lemma()
+    if lemma.status is not Status.PROVED:  # never without the proof: the walk is only that merge
+        rejected.append((Tiling(row_tile, 1, nt, 0, k_tile, kv_chunk=DEFAULT_KV_CHUNKS[0]),
+                         f"online softmax: the merge of chunk states is {lemma.status.value} ({lemma.reason})"))
+        return []
+    T, out = sizes[form.dim], []
+    # weights whole on chip pay off when several row tiles share them; loaded per chunk they move
+    # the same bytes for one row tile, and the loads overlap the walk instead of preceding it
+    shared = weights_shared_from(world, [form.scores, form.values], Tiling(row_tile, 1, nt, 0, k_tile), set(group.nodes),
+                                 sizes, lambda n: n.op is Op.INPUT)
+    sharing = concrete(world.row, sizes) // row_tile * math.prod(concrete(b, sizes) for b in world.batch[shared:])
+    for ch in DEFAULT_KV_CHUNKS:
+        if ch >= T or T % ch or ch % nt:
+            continue
+        whole = Tiling(row_tile, 1, nt, 0, k_tile, kv_chunk=ch)
+        why = check(world, group, whole, sizes, limits) if sharing > 1 else "one row tile per weight load"
+        if not why:
+            out.append(whole)
+            continue
+        t = Tiling(row_tile, 1, nt, ch, k_tile, kv_chunk=ch)
+        why = check(world, group, t, sizes, limits)
+        (rejected.append((t, why)) if why else out.append(t))
+    return out
+
+
+def weights_shared_from(world: RowWorld, phs, t: Tiling, members, sizes, in_hbm) -> int:
+    """The first batch loop none of a pass's matmul weights varies over (len(batch): none), when
+    every weight is an HBM value (`in_hbm`) loaded whole (all of K, one block of N): the weight
+    blocks are then loaded once, outside those loops, and shared by their iterations (the kv
+    head's K and V, shared by the query heads of its group)."""
+    wb = world.batch
+    mms = [mm for ph in phs if ph.kind != "row" for mm in ph.matmuls]
+    if not mms:
+        return len(wb)
+    first = 0
+    for mm in mms:
+        B = mm.inputs[1]
+        src = view_source(B) if world.roles.get(B) == "view" else B
+        K, N = concrete(mm.inputs[0].shape[-1], sizes), concrete(mm.shape[-1], sizes)
+        if src in members or not in_hbm(src) or t.k_block_for(K) < K or t.n_block_for(N) < N:
+            return len(wb)
+        nb = src.rank - 2
+        varies = [len(wb) - nb + j for j in range(nb) if concrete(src.shape[j], sizes) != 1]
+        first = max([first] + [j + 1 for j in varies])
+    return first
 
 
 def _streamed(world: RowWorld, group: Group, t: Tiling, sizes, limits: Limits, why: str, ks,
@@ -289,6 +351,8 @@ def default_tiling(world: RowWorld, group: Group, sizes: Mapping[str, int], limi
 def check(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int], limits: Limits,
           dsize: int = 2) -> str:
     """'' if the tiling fits the target, else the first constraint it breaks."""
+    if t.kv_chunk:
+        return _check_online(world, group, t, sizes, limits, dsize)
     if t.row_tile > limits.partitions:
         return f"row tile {t.row_tile} exceeds {limits.partitions} partitions"
     if t.n_tile > limits.moving_free_max:
@@ -321,6 +385,42 @@ def check(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int], li
             if c > limits.free_max:
                 return f"{n.op.value} processes {c} elements per partition, more than {limits.free_max}"
     return ""
+
+
+def _check_online(world: RowWorld, group: Group, t: Tiling, sizes, limits: Limits, dsize: int) -> str:
+    """An online-softmax walk fits when one chunk's pass does (its sizes with t = the chunk),
+    with the running state beside it and, for weights kept whole, the whole weights."""
+    from axon.tiling.online import online_softmax
+
+    form = online_softmax(world, group)
+    if form is None:
+        return "not an online-softmax pass (max, exp, sum between two matmuls)"
+    chunk = {**sizes, form.dim: t.kv_chunk}
+    per_chunk = Tiling(t.row_tile, t.row_block, t.n_tile, 0, t.k_tile)
+    why = check(world, group, per_chunk, chunk, limits, dsize)
+    if why:
+        return f"{why} (one chunk of {t.kv_chunk} {form.dim} columns)"
+    used = footprint(world, group, per_chunk, chunk, dsize) + online_extra_bytes(form, t, sizes, dsize)
+    if used > limits.onchip_bytes:
+        return (f"online softmax: on-chip footprint {used / 1024:.1f} KiB per partition (chunks of {t.kv_chunk}, "
+                f"weights {'whole' if not t.n_block else 'per chunk'}) exceeds the {limits.onchip_bytes / 1024:.1f} KiB on chip")
+    return ""
+
+
+def online_extra_bytes(form, t: Tiling, sizes, dsize: int) -> int:
+    """Bytes per partition an online walk keeps beyond one chunk's pass: the running state (two
+    f32 columns and an f32 row of the output, twice: before and after a merge) and, with weights
+    kept whole, the rest of both weights."""
+    F32 = 4
+    extra = 2 * F32 * (2 + concrete(form.o.shape[-1], sizes))
+    if not t.n_block:
+        T = sizes[form.dim]
+        W1, W2 = form.scores.matmuls[0].inputs[1], form.o.inputs[1]
+        # W1 [K, T] in K / k_tile tiles of T columns; W2 [T, N] in T / k_tile tiles of N columns
+        rest = T - t.kv_chunk
+        extra += -(-concrete(W1.shape[-2], sizes) // t.k_tile) * rest * dsize
+        extra += rest // t.k_tile * concrete(W2.shape[-1], sizes) * dsize
+    return extra
 
 
 def _misfit(world: RowWorld, group: Group, t: Tiling, sizes, used: int, limits: Limits, dsize: int) -> str:

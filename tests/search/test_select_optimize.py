@@ -200,12 +200,18 @@ def test_a_direct_lowering_that_does_not_fit_is_said_so_not_infinitely_slow(monk
     assert "baseline: none: the direct lowering does not fit trn2: SBUF" in r.report
 
 
-def test_ranking_takes_the_fusion_modes_in_turn_each_in_static_order():
+def _cand(fusion, variant, cost, kv_chunk=0, fold=0):
     from types import SimpleNamespace
 
+    tiling = SimpleNamespace(kv_chunk=kv_chunk)
+    return SimpleNamespace(fusion=fusion, variant=variant, static_cost=cost, options=SimpleNamespace(fold=fold),
+                           passes=(SimpleNamespace(tiling=tiling),))
+
+
+def test_ranking_takes_the_fusion_modes_in_turn_each_in_static_order():
     from axon.search.optimize import _by_fusion_in_turn
 
-    cands = [SimpleNamespace(fusion=f, variant=0, static_cost=c) for f, c in
+    cands = [_cand(f, 0, c) for f, c in
              [("split", 1), ("split", 2), ("split", 3), ("fused", 4), ("unfused", 5), ("fused", 6)]]
     got = [(c.fusion, c.static_cost) for c in _by_fusion_in_turn(cands)]
     assert got == [("split", 1), ("fused", 4), ("unfused", 5), ("split", 2), ("fused", 6), ("split", 3)]
@@ -214,11 +220,19 @@ def test_ranking_takes_the_fusion_modes_in_turn_each_in_static_order():
 def test_ranking_takes_the_program_variants_in_turn_too():
     """A rewrite changes what a kernel computes, which the static traffic estimate does not see:
     a rewritten program's kernels must not wait behind every kernel of the program as written."""
-    from types import SimpleNamespace
-
     from axon.search.optimize import _by_fusion_in_turn
 
-    cands = [SimpleNamespace(fusion="fused", variant=v, static_cost=c) for v, c in
-             [(0, 1), (0, 2), (0, 3), (1, 4), (1, 5)]]
+    cands = [_cand("fused", v, c) for v, c in [(0, 1), (0, 2), (0, 3), (1, 4), (1, 5)]]
     got = [(c.variant, c.static_cost) for c in _by_fusion_in_turn(cands)]
     assert got == [(0, 1), (1, 4), (0, 2), (1, 5), (0, 3)]
+
+
+def test_ranking_takes_online_walks_and_folded_heads_in_turn_too():
+    """An online-softmax walk and a folded row tile move what the others move (the static estimate
+    ties them or puts them behind), but compute differently: each takes its own turns."""
+    from axon.search.optimize import _by_fusion_in_turn
+
+    cands = [_cand("fused", 0, 1), _cand("fused", 0, 2), _cand("fused", 0, 3, kv_chunk=2048),
+             _cand("fused", 0, 4, kv_chunk=2048, fold=4), _cand("fused", 0, 5)]
+    got = [c.static_cost for c in _by_fusion_in_turn(cands)]
+    assert got == [1, 3, 4, 2, 5]

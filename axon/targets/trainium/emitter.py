@@ -163,6 +163,8 @@ class NkiEmitter:
         mem = "psum" if dtype == "accum" else "sbuf"
         if dtype == "f32" and free > 1:
             dtype = self.wide_dtype
+        elif dtype == "state":  # a running value carried across a walk: f32 whatever its width
+            dtype = "f32"
         dt = "nl.float32" if dtype == "accum" else _DTYPE[dtype]
         self.tile_dtype[name] = "f32" if dtype in ("accum", "f32") else "kernel"
         self.tile_mem[name] = mem
@@ -188,6 +190,10 @@ class NkiEmitter:
 
     def dma(self, dst: str, src: str) -> None:
         self.line(f"nisa.dma_copy(dst={dst}, src={src})")
+
+    # rows of an HBM block per DMA transpose: a partition's worth, as the stationary operands take
+    # them (the block lands as [K tile, rows])
+    dma_transpose_rows = 128
 
     def dma_transpose(self, dst: str, src: str) -> None:
         self.line(f"nisa.dma_transpose(dst={dst}, src={src})")

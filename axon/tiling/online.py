@@ -1,0 +1,159 @@
+"""Attention walked in chunks of its keys with a running softmax state (the online softmax of
+flash attention), so a row of scores never has to be on chip whole.
+
+A pass of the form
+
+    x = A @ W1  (then element-wise ops)       scores, t columns
+    m = max(x);  e = exp(x - m);  l = sum(e)   the softmax state of the row
+    o = e @ W2  (then element-wise ops of o, l, m and row inputs: o / l)
+
+can walk t in chunks: each chunk runs the pass's own phases at t = chunk, which gives the chunk's
+state (m_c, l_c, o_c), its max taken negated (n_c = -m_c: the Scalar Engine adds it as exp's
+bias, so the fused max-and-exp lowering makes it anyway), and a running state takes it in:
+
+    m' = max(m, -n_c);  a = exp(m - m'),  b = exp(-n_c - m');  l' = l a + l_c b;  o' = o a + o_c b
+
+The state of two chunks of any lengths, so merged, is the state of the row they make up
+(`merge_lemma`, proved by Axon's verifier with lemma fold_cases); by induction over the chunks the
+last running state is the whole row's, and the second matmul's element-wise tail runs once on it.
+The state starts at (m, l, o) = (START, 0, 0): the first merge then takes the first chunk's state
+as it is (a = exp(START - m_c) is 0 for any score above START / 2).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from axon.fusion.nodes import Group, Phase, RowWorld, phases
+from axon.ir import Graph, Node, input_node, make_node
+from axon.semantics.ops import AxisParams, ConcatParams, Op
+
+START = -3.0e38  # the running max before the first chunk: below every score, finite in float32
+
+
+@dataclass(frozen=True)
+class OnlineSoftmax:
+    """Where the parts of an online-softmax pass are (see the module docstring)."""
+
+    lead: tuple  # row phases before the scores (they compute the first matmul's stationary operand)
+    scores: Phase  # x = A @ W1 and its element-wise tail
+    state: Phase  # max, sub, exp, sum
+    values: Phase  # o = e @ W2 and its element-wise tail
+    m: Node
+    e: Node
+    l: Node
+    o: Node
+    dim: str  # the symbol t walked in chunks
+
+
+def online_softmax(world: RowWorld, group: Group) -> OnlineSoftmax | None:
+    """The pass's parts if it has the online-softmax form, else None."""
+    try:
+        phs = phases(world, group)
+    except Exception:
+        return None
+    if len(phs) < 3 or [p.kind for p in phs[-3:]] != ["matmul", "row", "matmul"]:
+        return None
+    lead, (scores, state, values) = tuple(phs[:-3]), phs[-3:]
+    if any(p.kind != "row" for p in lead) or len(scores.matmuls) != 1 or len(values.matmuls) != 1:
+        return None
+    parts = _state_parts(state.nodes)
+    if parts is None:
+        return None
+    x, m, e, l = parts
+    o = values.matmuls[0]
+    if x not in scores.nodes or o.inputs[0] is not e:
+        return None
+    dim = x.shape[-1].as_symbol()
+    W1, W2 = scores.matmuls[0].inputs[1], o.inputs[1]
+    if dim is None or W1.shape[-1].as_symbol() != dim or W2.shape[-2].as_symbol() != dim:
+        return None
+    if any(world.roles.get(i) == "index" for n in scores.epilogue for i in n.inputs):
+        return None  # a masked pass walks its columns by the causal prefix instead (tiling.positions)
+    # the chunk's values (scores, exp) live only inside the walk: nothing outside the pass reads them
+    inside = set(scores.nodes) | {n for n in state.nodes if n not in (m, l)}
+    members = set(group.nodes)
+    if any(n in world.graph.outputs for n in inside):
+        return None
+    if any(i in inside for n in world.graph.nodes() if n not in members for i in n.inputs):
+        return None
+    if any(i in inside or i is m for n in values.epilogue for i in n.inputs):
+        return None  # the walk keeps -m, not m
+    # the lead phases feed the scores' stationary operand only
+    lead_nodes = {n for p in lead for n in p.nodes}
+    readers = [n for n in group.nodes if n not in lead_nodes and any(i in lead_nodes for i in n.inputs)]
+    if any(r is not scores.matmuls[0] or scores.matmuls[0].inputs[1] in lead_nodes for r in readers):
+        return None
+    return OnlineSoftmax(lead, scores, state, values, m, e, l, o, dim)
+
+
+def _state_parts(nodes) -> tuple | None:
+    """(x, m, e, l) of a row phase that is exactly m = max(x), exp(x - m) and its sum."""
+    if len(nodes) != 4:
+        return None
+    by = {n.op: n for n in nodes}
+    m, d, e, l = (by.get(op) for op in (Op.REDUCE_MAX, Op.SUB, Op.EXP, Op.REDUCE_SUM))
+    if None in (m, d, e, l):
+        return None
+    x = m.inputs[0]
+    last = lambda n: n.params.axis == n.inputs[0].rank - 1 and n.params.keepdims
+    ok = (last(m) and last(l) and d.inputs == (x, m) and e.inputs == (d,) and l.inputs == (e,))
+    return (x, m, e, l) if ok else None
+
+
+def merge_nodes(m: Node, o: Node) -> tuple[dict, dict]:
+    """The merge of a running state with a chunk's, as operators: ({role: placeholder input},
+    {role: merged node}) with roles m, l, o (running) and n_c (the chunk's negated max), l_c, o_c."""
+    col, row = m.shape, o.shape
+    ins = {"m": input_node("m_run", col), "l": input_node("l_run", col), "o": input_node("o_run", row),
+           "n_c": input_node("n_chunk", col), "l_c": input_node("l_chunk", col), "o_c": input_node("o_chunk", row)}
+    return ins, _merged(ins)
+
+
+def _merged(s: dict) -> dict:
+    ap = lambda op, *xs: make_node(op, xs)
+    m_c = ap(Op.NEG, s["n_c"])
+    m = ap(Op.MAXIMUM, s["m"], m_c)
+    a, b = ap(Op.EXP, ap(Op.SUB, s["m"], m)), ap(Op.EXP, ap(Op.SUB, m_c, m))
+    return {"m": m, "l": ap(Op.ADD, ap(Op.MUL, s["l"], a), ap(Op.MUL, s["l_c"], b)),
+            "o": ap(Op.ADD, ap(Op.MUL, s["o"], a), ap(Op.MUL, s["o_c"], b))}
+
+
+def chunk_state(x: Node) -> dict:
+    """A chunk's softmax state as the walk computes it: n = -max(x), e = exp(x + n), l = sum(e)
+    (the Scalar Engine's exp with n as its bias, and the sum it accumulates on the way)."""
+    ap = lambda op, *xs, p=None: make_node(op, xs, p)
+    last = AxisParams(x.rank - 1, True)
+    n = ap(Op.NEG, ap(Op.REDUCE_MAX, x, p=last))
+    e = ap(Op.EXP, ap(Op.ADD, x, n))
+    return {"n": n, "e": e, "l": ap(Op.REDUCE_SUM, e, p=last)}
+
+
+def _state(x: Node, v: Node) -> dict:
+    """The state of a row as the pass writes it: m = max(x), e = exp(x - m), l = sum(e), o = e @ v."""
+    ap = lambda op, *xs, p=None: make_node(op, xs, p)
+    last = AxisParams(x.rank - 1, True)
+    m = ap(Op.REDUCE_MAX, x, p=last)
+    e = ap(Op.EXP, ap(Op.SUB, x, m))
+    return {"m": m, "l": ap(Op.REDUCE_SUM, e, p=last), "o": ap(Op.MATMUL, e, v)}
+
+
+@functools.cache
+def merge_lemma():
+    """The verifier's verdict on: the state of a row made of two chunks of any lengths t1, t2, as
+    the pass writes it, is the merge of the first chunk's state with the second's as the walk
+    computes it (`chunk_state`). Proved once per process (a second or so)."""
+    from axon.semantics.sizes import Size
+    from axon.verification import Verifier
+
+    s, t1, t2, d = (Size.of(n) for n in ("s", "t1", "t2", "d"))
+    a, b = input_node("a", (s, t1)), input_node("b", (s, t2))
+    va, vb = input_node("va", (t1, d)), input_node("vb", (t2, d))
+    whole = _state(make_node(Op.CONCAT, (a, b), ConcatParams(1)), make_node(Op.CONCAT, (va, vb), ConcatParams(0)))
+    first, second = _state(a, va), chunk_state(b)
+    merged = _merged({"m": first["m"], "l": first["l"], "o": first["o"], "n_c": second["n"], "l_c": second["l"],
+                      "o_c": make_node(Op.MATMUL, (second["e"], vb))})
+    ins = (a, b, va, vb)
+    order = ("o", "l", "m")
+    return Verifier().check_programs(Graph(ins, tuple(whole[k] for k in order)),
+                                     Graph(ins, tuple(merged[k] for k in order)))

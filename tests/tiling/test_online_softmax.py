@@ -1,0 +1,110 @@
+"""Attention walked in key chunks with a running softmax state (tiling.online): the merge it relies
+on is proved by the verifier, the walk is offered only where the pass has that form, it fits
+where a whole row of scores does not, and its kernels match the reference."""
+import numpy as np
+import pytest
+
+from axon.fusion.nodes import RowWorld, groups
+from axon.ir import Graph
+from axon.rewriting import discover
+from axon.search.candidates import Counts, enumerate_candidates
+from axon.search.lowering import Lowerer
+from axon.search.select import compare
+from axon.semantics.bounds import kernel_reference
+from axon.semantics.evaluate import evaluate
+from axon.suite import SUITE
+from axon.targets.trainium.target import TrainiumTarget
+from axon.tiling.online import _merged, _state, chunk_state, merge_lemma, online_softmax
+from axon.tiling.space import enumerate_tilings
+from axon.verification import Status
+
+TARGET = TrainiumTarget("trn2")
+
+
+def _fused_worlds(name):
+    prog, _ = SUITE[name].program.generalized()
+    nu, _ = discover(prog.graph)
+    for v in nu.extract_variants(limit=8):
+        try:
+            w = RowWorld.of(v.graph)
+        except Exception:
+            continue
+        (g,) = groups(w, "fused")
+        yield v, w, g
+
+
+def test_the_merge_of_chunk_states_is_proved_for_chunks_of_any_lengths():
+    v = merge_lemma()
+    assert v.status is Status.PROVED, v.reason
+
+
+def test_the_merge_lemma_is_a_real_claim_numerically():
+    # the same programs the verifier compared, on numbers: and a wrong merge (the second chunk's
+    # state not rescaled) differs
+    from axon.ir import input_node, make_node
+    from axon.semantics.ops import ConcatParams, Op
+    from axon.semantics.sizes import Size
+
+    s, t1, t2, d = (Size.of(n) for n in ("s", "t1", "t2", "d"))
+    a, b, va, vb = (input_node("a", (s, t1)), input_node("b", (s, t2)), input_node("va", (t1, d)),
+                    input_node("vb", (t2, d)))
+    whole = _state(make_node(Op.CONCAT, (a, b), ConcatParams(1)), make_node(Op.CONCAT, (va, vb), ConcatParams(0)))
+    first, second = _state(a, va), chunk_state(b)
+    parts = {"m": first["m"], "l": first["l"], "o": first["o"], "n_c": second["n"], "l_c": second["l"],
+             "o_c": make_node(Op.MATMUL, (second["e"], vb))}
+    merged = _merged(parts)
+    rng = np.random.default_rng(0)
+    arrays = dict(a=rng.normal(size=(3, 5)) * 4, b=rng.normal(size=(3, 2)) * 4, va=rng.normal(size=(5, 4)),
+                  vb=rng.normal(size=(2, 4)))
+    ins = (a, b, va, vb)
+    want = evaluate(Graph(ins, (whole["o"], whole["l"])), arrays)
+    got = evaluate(Graph(ins, (merged["o"], merged["l"])), arrays)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    wrong = evaluate(Graph(ins, (make_node(Op.ADD, (first["o"], parts["o_c"])),)), arrays)[0]
+    assert not np.allclose(wrong, want[0])
+
+
+def test_the_walk_is_offered_only_for_max_exp_sum_between_two_matmuls():
+    found = [v for v, w, g in _fused_worlds("gqa") if online_softmax(w, g)]
+    # gqa: only the variant dividing after the second matmul (o / l) has the form; softmax as
+    # written divides the whole row of exps first
+    assert len(found) == 1 and found[0].rewrites
+    assert any(online_softmax(w, g) for _, w, g in _fused_worlds("attention"))
+    assert not any(online_softmax(w, g) for _, w, g in _fused_worlds("softmax_matmul"))
+    assert not any(online_softmax(w, g) for _, w, g in _fused_worlds("causal_gqa"))  # masked: the causal walk
+
+
+def test_decode_at_a_long_context_fits_only_as_a_walk():
+    sizes = {"kv": 8, "g": 4, "s": 16, "t": 32768, "d": 128}
+    (w, g), = [(w, g) for _, w, g in _fused_worlds("gqa") if online_softmax(w, g)]
+    fits, rejected = enumerate_tilings(w, g, sizes, TARGET.limits())
+    assert fits and all(t.kv_chunk for t in fits)
+    assert any("exceeds" in why for t, why in rejected if not t.kv_chunk)
+    # 16 rows of one head per row tile, the kv head's K and V shared by its 4 query heads: whole
+    assert {t.n_block for t in fits} == {0}
+
+
+@pytest.mark.parametrize("sizes, weights", [
+    ({"kv": 2, "g": 2, "s": 128, "t": 2048, "d": 64}, "whole"),  # two query heads share a kv head's K, V
+    ({"kv": 1, "g": 1, "s": 128, "t": 2048, "d": 128}, "per chunk")])  # one row tile: loads overlap the walk
+def test_walk_kernels_match_the_reference(sizes, weights):
+    b = SUITE["gqa"]
+    nu, _ = discover(b.program.graph)
+    variants = [(v.graph, ()) for v in nu.extract_variants(limit=8)]
+    cands = enumerate_candidates("gqa", variants, sizes, TARGET, "bfloat16", Lowerer(TARGET), Counts())
+    walks = [c for c in cands if c.passes[0].tiling.kv_chunk and not c.options.lowering]
+    chunks = {c.passes[0].tiling.kv_chunk for c in walks}
+    assert chunks == {512, 1024} and {c.options.precision for c in walks} == {"f32", "kernel"}
+    assert {c.passes[0].tiling.n_block for c in walks} == ({0} if weights == "whole" else chunks)
+    inputs = b.program.random_inputs(sizes, "bfloat16", seed=3)
+    want, tol = kernel_reference(b.program.graph, inputs, "bfloat16")
+    seen = set()
+    for c in walks:
+        key = (c.passes[0].tiling.kv_chunk, c.passes[0].tiling.n_block, c.options.precision)
+        if key in seen:
+            continue
+        seen.add(key)
+        assert "nl.sequential_range(" in c.source and "m_run" in c.source
+        m = TARGET.run(c.source, inputs, timing_only=False)
+        assert compare(m.outputs, want, tol).ok, c.describe()
