@@ -322,7 +322,7 @@ class KernelBuilder:
         P, KT, CH, NT = t.row_tile, t.k_tile, t.kv_chunk, t.n_tile_for(t.kv_chunk)
         rows = _ex(rows0, ("i_r", P))
         s_mm, v_mm = form.scores.matmuls[0], form.o
-        x = next(n for n in form.state.nodes if n is form.m).inputs[0]
+        x = form.m.inputs[0]
         D, K1 = self.cols(v_mm), self.cols(s_mm.inputs[0])
         # weights: whole on chip (the chunk's columns / k tiles of them), or this chunk's block
         if s_mm in self.shared_weights:
@@ -342,7 +342,7 @@ class KernelBuilder:
                 col0 = _ex(("i_ch", CH), ("i_nt", NT))
                 self.run_program(form.scores.epilogue, [x],
                                  lambda y: self.operand(y, here, {}, members, "i_r", P, rows, chunk=(col0, NT)),
-                                 lambda n: dst if n is x else em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT),
+                                 lambda n: dst if n == x else em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT),
                                  P, chunk=(CH, NT), memories={s_mm: "psum"})
             else:
                 em.copy(dst, here[s_mm])

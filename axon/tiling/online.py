@@ -62,7 +62,7 @@ def online_softmax(world: RowWorld, group: Group) -> OnlineSoftmax | None:
         return None
     x, m, e, l = parts
     o = values.matmuls[0]
-    if x not in scores.nodes or o.inputs[0] is not e:
+    if x not in scores.nodes or o.inputs[0] != e:
         return None
     dim = x.shape[-1].as_symbol()
     W1, W2 = scores.matmuls[0].inputs[1], o.inputs[1]
@@ -77,12 +77,12 @@ def online_softmax(world: RowWorld, group: Group) -> OnlineSoftmax | None:
         return None
     if any(i in inside for n in world.graph.nodes() if n not in members for i in n.inputs):
         return None
-    if any(i in inside or i is m for n in values.epilogue for i in n.inputs):
-        return None  # the walk keeps -m, not m
+    if any(i in inside for n in values.epilogue for i in n.inputs):
+        return None
     # the lead phases feed the scores' stationary operand only
     lead_nodes = {n for p in lead for n in p.nodes}
     readers = [n for n in group.nodes if n not in lead_nodes and any(i in lead_nodes for i in n.inputs)]
-    if any(r is not scores.matmuls[0] or scores.matmuls[0].inputs[1] in lead_nodes for r in readers):
+    if any(r != scores.matmuls[0] or scores.matmuls[0].inputs[1] in lead_nodes for r in readers):
         return None
     return OnlineSoftmax(lead, scores, state, values, m, e, l, o, dim)
 

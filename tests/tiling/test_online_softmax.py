@@ -85,23 +85,26 @@ def test_decode_at_a_long_context_fits_only_as_a_walk():
     assert {t.n_block for t in fits} == {0}
 
 
-@pytest.mark.parametrize("sizes, weights", [
-    ({"kv": 2, "g": 2, "s": 128, "t": 2048, "d": 64}, "whole"),  # two query heads share a kv head's K, V
-    ({"kv": 1, "g": 1, "s": 128, "t": 2048, "d": 128}, "per chunk")])  # one row tile: loads overlap the walk
-def test_walk_kernels_match_the_reference(sizes, weights):
-    b = SUITE["gqa"]
-    nu, _ = discover(b.program.graph)
+@pytest.mark.parametrize("name, sizes, weights", [
+    ("gqa", {"kv": 2, "g": 2, "s": 128, "t": 2048, "d": 64}, "whole"),  # two query heads share a kv head's K, V
+    ("gqa", {"kv": 1, "g": 1, "s": 128, "t": 2048, "d": 128}, "per chunk"),  # one row tile: loads overlap the walk
+    ("attention", {"kv": 1, "g": 2, "s": 128, "t": 2048}, "whole")])  # the scale: an epilogue of the scores
+def test_walk_kernels_match_the_reference(name, sizes, weights):
+    b = SUITE[name]
+    prog, named = b.program.generalized()
+    sizes = {**sizes, **named}
+    nu, _ = discover(prog.graph)
     variants = [(v.graph, ()) for v in nu.extract_variants(limit=8)]
-    cands = enumerate_candidates("gqa", variants, sizes, TARGET, "bfloat16", Lowerer(TARGET), Counts())
+    cands = enumerate_candidates(name, variants, sizes, TARGET, "bfloat16", Lowerer(TARGET), Counts())
     walks = [c for c in cands if c.passes[0].tiling.kv_chunk and not c.options.lowering]
     chunks = {c.passes[0].tiling.kv_chunk for c in walks}
     assert chunks == {512, 1024} and {c.options.precision for c in walks} == {"f32", "kernel"}
     assert {c.passes[0].tiling.n_block for c in walks} == ({0} if weights == "whole" else chunks)
-    inputs = b.program.random_inputs(sizes, "bfloat16", seed=3)
-    want, tol = kernel_reference(b.program.graph, inputs, "bfloat16")
+    inputs = prog.random_inputs(sizes, "bfloat16", seed=3)
+    want, tol = kernel_reference(prog.graph, inputs, "bfloat16")
     seen = set()
     for c in walks:
-        key = (c.passes[0].tiling.kv_chunk, c.passes[0].tiling.n_block, c.options.precision)
+        key = (c.variant, c.passes[0].tiling.kv_chunk, c.passes[0].tiling.n_block, c.options.precision)
         if key in seen:
             continue
         seen.add(key)
