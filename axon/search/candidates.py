@@ -147,19 +147,23 @@ def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype
 
 
 def _stationary_options(world: RowWorld, target) -> list[str]:
-    """How an input reaches a matmul's contraction layout: transposed by the Tensor Engine ("pe"),
-    or on its way in by the DMA engine ("dma", where the target has DMA transposes and some matmul
-    reads an input that way: its stationary operand, or a transposed input as its moving one)."""
+    """How an input a matmul reads as its stationary operand reaches the contraction layout:
+    transposed by the Tensor Engine ("pe"), or on its way in by the DMA engine ("dma", where the
+    target has DMA transposes)."""
     opts = ["pe"]
     if not getattr(target, "dma_transpose", False):
         return opts
     for n in world.compute_nodes():
-        B = n.inputs[1] if n.op is Op.MATMUL else None
-        if n.op is Op.MATMUL and (n.inputs[0].op is Op.INPUT or (
-                world.roles.get(B) == "view" and B.op is Op.TRANSPOSE and B.inputs[0].op is Op.INPUT)):
+        if n.op is Op.MATMUL and n.inputs[0].op is Op.INPUT:
             opts.append("dma")
             break
     return opts
+
+
+def _walk_stationary(target) -> str:
+    """An online-softmax walk loads its keys again per chunk or per kv head: transposed by the DMA
+    engine where the target can, so the Tensor Engine keeps to the walk's two matmuls."""
+    return "dma" if getattr(target, "dma_transpose", False) else "pe"
 
 
 def check_lowerable(world: RowWorld, lowerer) -> None:
@@ -228,12 +232,11 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                 combos = _combos(world, gs, per_group, wsizes, dtype, per_combo)
                 # lowering alternatives (Lowerer.program `alt`) in order, per combo until one repeats an
                 # earlier source (an index past a phase's alternatives gives its fused program again)
-                for stationary in _stationary_options(world, target):
+                plain, walk_way = _stationary_options(world, target), _walk_stationary(target)
+                for stationary in plain + [walk_way] * (walk_way not in plain):
                     for combo in combos:
-                        if any(t.kv_chunk for t in combo) and stationary != _stationary_options(world, target)[-1]:
-                            # an online-softmax walk loads its weights again per chunk or per kv head:
-                            # transposed by the DMA engine where the target can, the Tensor Engine
-                            # keeps to the walk's two matmuls
+                        walk = any(t.kv_chunk for t in combo)
+                        if (stationary != walk_way) if walk else (stationary not in plain):
                             continue
                         for alt in range(1 + _max_alternatives(lowerer)):
                             fresh = [_candidate(name, target, world, wsizes, dtype, lowerer, counts, seen,

@@ -282,9 +282,10 @@ class KernelBuilder:
         shared_from = self._weights_shared_from(matmul_phases, t, members) if not t.n_block else len(w.batch)
         self.shared_weights = {}
         ctx = []
+        dma = self.opt.stationary == "dma"  # the keys transposed on their way in (where the target can)
         for j, size in enumerate(w.batch):
             if j == shared_from:
-                self._load_shared_weights(matmul_phases, t)
+                self._load_shared_weights(matmul_phases, t, dma)
             ctx.append(em.loop(f"i_b{j}", self.c(size)))
             ctx[-1].__enter__()
         with em.loop("i_rb", R // P, scoped=len(self.passes) > 1, only=self._blocks(P), runs=self.block_runs), \
@@ -299,7 +300,7 @@ class KernelBuilder:
                 self.row_phase(ph, t, rows0, {}, trans, members, {A}, consumers, owner, pi)
             qT, _, tcol = self._stationary(A, t, rows0, {}, trans, members)
             if not t.n_block and shared_from == len(w.batch):
-                self._load_shared_weights(matmul_phases, t)  # whole, once per row block
+                self._load_shared_weights(matmul_phases, t, dma)  # whole, once per row block
             state = {"m": em.alloc("m_run", P, 1, "state"), "l": em.alloc("l_run", P, 1, "state"),
                      "o": em.alloc("o_run", P, self.cols(form.o), "state")}
             em.fill(em.view(state["m"], P, "0", 1), START)
@@ -329,8 +330,9 @@ class KernelBuilder:
             w1, c1 = self.shared_weights[s_mm], _ex(("i_kt", T), ("i_ch", CH), ("i_nt", NT))
             w2, c2 = self.shared_weights[v_mm], _ex(("i_ch", CH // KT * D), ("i_kt", D))
         else:
-            w1 = self._weight_piece(s_mm, K1, KT, CH, None, P, at=((), (("i_ch", CH),)))
-            w2 = self._weight_piece(v_mm, CH, KT, D, None, P, at=((("i_ch", CH),), ()))
+            dma = self.opt.stationary == "dma"
+            w1 = self._weight_piece(s_mm, K1, KT, CH, None, P, at=((), (("i_ch", CH),)), dma=dma)
+            w2 = self._weight_piece(v_mm, CH, KT, D, None, P, at=((("i_ch", CH),), ()), dma=dma)
             c1, c2 = _ex(("i_kt", CH), ("i_nt", NT)), _ex(("i_kt", D))
         xs = em.alloc(f"{self._nm(x)}_chunk", P, CH, "f32")
         with em.loop("i_nt", CH // NT):
@@ -451,7 +453,7 @@ class KernelBuilder:
     def _weights_shared_from(self, phs, t: Tiling, members) -> int:
         return weights_shared_from(self.w, phs, t, members, self.sizes, lambda n: n in self.hbm)
 
-    def _load_shared_weights(self, phs, t: Tiling) -> None:
+    def _load_shared_weights(self, phs, t: Tiling, dma: bool = False) -> None:
         em = self.em
         for ph in phs:
             if ph.kind == "row":
@@ -459,7 +461,8 @@ class KernelBuilder:
             K = self.cols(ph.matmuls[0].inputs[0])
             with em.loop("i_nb", 1):
                 for mm in ph.matmuls:
-                    self.shared_weights[mm] = self._weight_piece(mm, K, t.k_tile, self.cols(mm), None, t.row_tile)
+                    self.shared_weights[mm] = self._weight_piece(mm, K, t.k_tile, self.cols(mm), None, t.row_tile,
+                                                                 dma=dma)
 
     def _blocks(self, block_rows: int):
         """The row blocks of `block_rows` rows a check's kernel runs (None: all of them)."""
@@ -897,16 +900,17 @@ class KernelBuilder:
             return tile, layout, lambda kt: _ex(("i_r", kts * P), (kt, P))
         return tile, layout, lambda kt: _ex((kt, BM * P), ("i_r", P))
 
-    def _weight_piece(self, mm: Node, K: int, KT: int, NB: int, KB, P: int, at=None) -> str:
+    def _weight_piece(self, mm: Node, K: int, KT: int, NB: int, KB, P: int, at=None, dma: bool = False) -> str:
         """Load the weight block of columns i_nb * NB (all K rows, or with KB the piece of KB rows
         starting at i_kb * KB) as [KT, (rows / KT) * NB]: k tile q at columns q * NB. `at`: the
-        block's first (row, column) in the weight as index terms, instead of (i_kb * KB, i_nb * NB)."""
+        block's first (row, column) in the weight as index terms, instead of (i_kb * KB, i_nb * NB);
+        `dma`: a transposed input weight comes through DMA transposes (an online walk's keys)."""
         em, w = self.em, self.w
         rows = KB or K
         r_at, c_at = at or (((("i_kb", KB),) if KB else ()), (("i_nb", NB),))
         B = mm.inputs[1]
         wt = em.alloc("w", KT, (rows // KT) * NB, "kernel")
-        if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE and self.opt.stationary == "dma":
+        if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE and dma:
             src = view_source(B)  # [.., N, K]: the DMA engine transposes blocks of its rows on the way in
             jn = _divisor(NB, self.em.dma_transpose_rows)
             with em.loop("i_kt", rows // KT), em.loop("i_j", NB // jn):
