@@ -37,7 +37,8 @@ from axon.semantics.algebra import const_value
 from axon.semantics.ops import Op
 from axon.tiling.online import START, chunk_state, merge_lemma, merge_nodes, online_softmax
 from axon.tiling.positions import masked_prefix, position_memories, predicate
-from axon.tiling.space import Tiling, chunk_dim, column_slice, concrete, strided_columns, weights_shared_from
+from axon.tiling.space import (Tiling, chunk_dim, column_slice, concrete, divisor_at_most, strided_columns,
+                               weights_shared_from)
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,6 @@ def _ex(*terms) -> str:
     if const or not parts:
         parts.append(str(const))
     return " + ".join(parts)
-
-
-def _divisor(n: int, bound: int) -> int:
-    """The largest divisor of n at most bound."""
-    return next(d for d in range(min(n, bound), 0, -1) if n % d == 0)
 
 
 def inplace_plan(nodes, block, trans, outputs, hbm, cols) -> dict:
@@ -912,7 +908,7 @@ class KernelBuilder:
         wt = em.alloc("w", KT, (rows // KT) * NB, "kernel")
         if w.roles.get(B) == "view" and B.op is Op.TRANSPOSE and dma:
             src = view_source(B)  # [.., N, K]: the DMA engine transposes blocks of its rows on the way in
-            jn = _divisor(NB, self.em.dma_transpose_rows)
+            jn = divisor_at_most(NB, self.em.dma_transpose_rows)
             with em.loop("i_kt", rows // KT), em.loop("i_j", NB // jn):
                 em.dma_transpose(em.view(wt, KT, _ex(("i_kt", NB), ("i_j", jn)), jn),
                                  self._ref_rows_cols(src, _ex(*c_at, ("i_j", jn)), jn, _ex(*r_at, ("i_kt", KT)), KT))

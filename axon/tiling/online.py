@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from axon.errors import UnsupportedError
 from axon.fusion.nodes import Group, Phase, RowWorld, phases
 from axon.ir import Graph, Node, input_node, make_node
 from axon.semantics.ops import AxisParams, ConcatParams, Op
@@ -50,7 +51,7 @@ def online_softmax(world: RowWorld, group: Group) -> OnlineSoftmax | None:
     """The pass's parts if it has the online-softmax form, else None."""
     try:
         phs = phases(world, group)
-    except Exception:
+    except UnsupportedError:
         return None
     if len(phs) < 3 or [p.kind for p in phs[-3:]] != ["matmul", "row", "matmul"]:
         return None

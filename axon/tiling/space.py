@@ -85,7 +85,7 @@ class Tiling:
     def n_tile_for(self, n: int) -> int:
         """Columns per matmul instruction for a matmul n wide: the widest divisor of n within n_tile
         (a pass's matmuls differ in width; each gets its own widest tile)."""
-        return _divisor_at_most(n, self.n_tile)
+        return divisor_at_most(n, self.n_tile)
 
 
 DEFAULT_ROW_BLOCKS = (1, 2, 4, 8)
@@ -192,7 +192,7 @@ def group_dims(world: RowWorld, group: Group, sizes: Mapping[str, int]) -> dict:
     return {"R": concrete(world.row, sizes), "N": ns, "K": ks}
 
 
-def _divisor_at_most(n: int, bound: int) -> int:
+def divisor_at_most(n: int, bound: int) -> int:
     for d in range(min(n, bound), 0, -1):
         if n % d == 0:
             return d
@@ -206,9 +206,9 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
     """All bindings of the pass's parameters: (those that fit, [(rejected, why)])."""
     dims = group_dims(world, group, sizes)
     R = dims["R"]
-    row_tile = _divisor_at_most(R, min(limits.partitions, limits.stationary_free_max))
-    k_tile = min([_divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
-    n_tiles = sorted({_divisor_at_most(n, limits.moving_free_max) for n in dims["N"]} or {limits.moving_free_max})
+    row_tile = divisor_at_most(R, min(limits.partitions, limits.stationary_free_max))
+    k_tile = min([divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
+    n_tiles = sorted({divisor_at_most(n, limits.moving_free_max) for n in dims["N"]} or {limits.moving_free_max})
     fits, rejected = [], []
     seen = set()
     splits = col_splits(world, group, sizes) if not dims["N"] else [1]
@@ -331,9 +331,9 @@ def default_tiling(world: RowWorld, group: Group, sizes: Mapping[str, int], limi
     """The direct lowering's tiling: one row tile at a time, one bank-wide weight block."""
     dims = group_dims(world, group, sizes)
     R = dims["R"]
-    row_tile = _divisor_at_most(R, min(limits.partitions, limits.stationary_free_max))
-    k_tile = min([_divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
-    nt = min([_divisor_at_most(n, limits.moving_free_max) for n in dims["N"]] or [limits.moving_free_max])
+    row_tile = divisor_at_most(R, min(limits.partitions, limits.stationary_free_max))
+    k_tile = min([divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
+    nt = min([divisor_at_most(n, limits.moving_free_max) for n in dims["N"]] or [limits.moving_free_max])
     t = Tiling(row_tile, 1, nt, nt, k_tile)
     why = check(world, group, t, sizes, limits)
     if dims["N"] and why:  # the weight strip of a long contraction does not fit: stream it along K
@@ -400,14 +400,14 @@ def _check_online(world: RowWorld, group: Group, t: Tiling, sizes, limits: Limit
     why = check(world, group, per_chunk, chunk, limits, dsize)
     if why:
         return f"{why} (one chunk of {t.kv_chunk} {form.dim} columns)"
-    used = footprint(world, group, per_chunk, chunk, dsize) + online_extra_bytes(form, t, sizes, dsize)
+    used = footprint(world, group, per_chunk, chunk, dsize) + _online_extra_bytes(form, t, sizes, dsize)
     if used > limits.onchip_bytes:
         return (f"online softmax: on-chip footprint {used / 1024:.1f} KiB per partition (chunks of {t.kv_chunk}, "
                 f"weights {'whole' if not t.n_block else 'per chunk'}) exceeds the {limits.onchip_bytes / 1024:.1f} KiB on chip")
     return ""
 
 
-def online_extra_bytes(form, t: Tiling, sizes, dsize: int) -> int:
+def _online_extra_bytes(form, t: Tiling, sizes, dsize: int) -> int:
     """Bytes per partition an online walk keeps beyond one chunk's pass: the running state (two
     f32 columns and an f32 row of the output, twice: before and after a merge) and, with weights
     kept whole, the rest of both weights."""
