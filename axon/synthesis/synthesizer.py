@@ -34,7 +34,7 @@ from axon.semantics.sizes import Size, bind_shape
 from axon.synthesis.lowering import PROVED, UNPROVED, Arg, Lowering, Step
 from axon.synthesis.pattern import Abstraction, abstract, pattern_constraints, pattern_inputs, pattern_nodes
 from axon.synthesis.sketch import ONE, OpsCache, Value, instances, ops_with_layout
-from axon.synthesis.spec import HBM, ISA, SBUF, Form, Hole, Inexpressible, InstructionSpec, Slot, const_node
+from axon.synthesis.spec import HBM, ISA, SBUF, Form, Hole, Inexpressible, InstructionSpec, Slot, apply, const_node
 
 S = ScalarOp
 # Decompositions that let an instruction sequence use operations the pattern does not name, as
@@ -199,6 +199,20 @@ def tile_form(pattern):
     return built if isinstance(pattern, tuple) else built[0]
 
 
+def _exactly_simplified(pattern):
+    """`pattern` rebuilt with `spec.apply`'s exact identities (x * 1 -> x, x + 0 -> x)."""
+    outs = pattern if isinstance(pattern, tuple) else (pattern,)
+    env: dict = {}
+    for n in toposort(outs):
+        env[n] = n if n.op in (Op.INPUT, Op.CONST) else apply(n.op, *(env[i] for i in n.inputs), params=n.params)
+    return tuple(env[o] for o in outs)
+
+
+def _streams_row(inst: "_Inst") -> bool:
+    """Whether an instruction writes a whole row (its outputs are not all [.., 1] columns)."""
+    return any(n.shape and n.shape[-1] != 1 for n in inst.outs.values())
+
+
 def sequence_meaning(spec_of, operands, steps: Sequence[Step], outputs: Sequence[Arg]) -> tuple:
     """The IR meaning of an instruction sequence over the operand nodes (a list, or a mapping from k to a_k)."""
     env = step_meanings(spec_of, operands, steps)
@@ -233,7 +247,9 @@ class _Search:
         self.pattern = pattern
         self.memories, self.max_steps, self.views = memories, max_steps, views
         nodes = pattern_nodes(pattern)
-        self.required = ops_with_layout(nodes)
+        # the operations an instruction must contribute, after the exact identities instruction
+        # meanings drop (x * 1: the scores evacuated as x * 1 so that a max rides on the copy)
+        self.required = ops_with_layout(pattern_nodes(_exactly_simplified(pattern)))
         self.allowed, consts = self._allowed(nodes)
         self.constraints = pattern_constraints(pattern)
         self.inputs = pattern_inputs(pattern)
@@ -506,7 +522,10 @@ class _Search:
 
     # -- proof ------------------------------------------------------------------------------
     def _prove(self, solutions) -> list[Lowering]:
+        # equal counts and weights: fewer instructions that stream a whole row (rather than a
+        # [P, 1] column) first, since weights do not see operand widths
         ranked = sorted(enumerate(solutions), key=lambda e: (len(e[1][0]), sum(i.spec.weight for i in e[1][0]),
+                                                             sum(map(_streams_row, e[1][0])),
                                                              sum(len(i.args) for i in e[1][0]), e[0]))
         self.stats["candidates"] += len(ranked)
         out: list[Lowering] = []

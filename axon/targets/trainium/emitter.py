@@ -28,7 +28,7 @@ from axon.tiling.positions import Predicate
 _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
 # instructions whose nisa call `steps` can print (slots and holes map to keyword arguments)
 EMITTABLE = {"activation", "tensor_scalar", "tensor_tensor", "tensor_reduce", "tensor_tensor_scan", "reciprocal",
-             "tensor_copy", "scalar_tensor_tensor", "activation_reduce", "nc_matmul",
+             "tensor_copy", "scalar_tensor_tensor", "activation_reduce", "tensor_scalar_reduce", "nc_matmul",
              "nc_transpose", "affine_select"}
 _PSUM_BANK_BYTES = 2048
 
