@@ -34,8 +34,10 @@ from axon.fusion.nodes import (ONE, Group, RowWorld, chunk_plan, combine_identit
                                view_source)
 from axon.ir import Graph, Node, input_node, make_node
 from axon.semantics.algebra import const_value
-from axon.semantics.ops import Op
-from axon.tiling.online import START, chunk_state, merge_lemma, merge_nodes, online_softmax
+from axon.semantics.ops import AxisParams, Op
+from axon.semantics.sizes import Size
+from axon.tiling.online import (chunk_state, chunk_state_from_parts, merge_lemma, merge_nodes, online_softmax,
+                                partial_max_lemma)
 from axon.tiling.positions import masked_prefix, position_memories, predicate
 from axon.tiling.space import (Tiling, chunk_dim, column_slice, concrete, divisor_at_most, strided_columns,
                                weights_shared_from)
@@ -297,24 +299,35 @@ class KernelBuilder:
             qT, _, tcol = self._stationary(A, t, rows0, {}, trans, members)
             if not t.n_block and shared_from == len(w.batch):
                 self._load_shared_weights(matmul_phases, t, dma)  # whole, once per row block
-            state = {"m": em.alloc("m_run", P, 1, "state"), "l": em.alloc("l_run", P, 1, "state"),
-                     "o": em.alloc("o_run", P, self.cols(form.o), "state")}
-            em.fill(em.view(state["m"], P, "0", 1), START)
-            em.fill(em.view(state["l"], P, "0", 1), 0.0)
-            em.fill(em.view(state["o"], P, "0", self.cols(form.o)), 0.0)
+            # the chunks are independent (an affine loop the compiler pipelines: one chunk's
+            # matmuls beside another's exp); each leaves its state in a slot, and a sequential
+            # loop of small merges carries the running state over them in order
+            NCH, D = T // CH, self.cols(form.o)
+            slots = {"n": em.alloc("n_chunks", P, NCH, em.wide_dtype), "l": em.alloc("l_chunks", P, NCH, "state"),
+                     "o": em.alloc("o_chunks", P, NCH * D, "state")}
             try:
                 self.sizes[form.dim] = CH
-                with em.loop("i_ch", T // CH, sequential=True):
-                    self._online_chunk(form, t, T, qT, tcol, rows0, state, members)
+                with em.loop("i_ch", NCH):
+                    self._online_chunk(form, t, T, qT, tcol, rows0, slots, members)
             finally:
                 self.sizes[form.dim] = T
+            # the running state starts as chunk 0's: m = -n_0, and l, o in chunk 0's slots (the
+            # merges write over them)
+            state = {"m": em.view(em.alloc("m_run", P, 1, "state"), P, "0", 1),
+                     "l": em.view(slots["l"], P, "0", 1), "o": em.view(slots["o"], P, "0", D)}
+            n0 = merge_nodes(form.m, form.o)[0]["n_c"]
+            neg = make_node(Op.NEG, (n0,))
+            self.run_program([neg], [neg], lambda y: em.view(slots["n"], P, "0", 1), lambda n: state["m"], P)
+            if NCH > 1:
+                with em.loop("i_ch", NCH, sequential=True, only=range(1, NCH), runs=NCH - 1):
+                    self._online_merge(form, P, D, state, slots)
             self._online_tail(form, t, rows0, state, members, consumers, owner, pi)
         for c in reversed(ctx):
             c.__exit__(None, None, None)
 
-    def _online_chunk(self, form, t: Tiling, T: int, qT: str, tcol, rows0, state: dict, members):
-        """One chunk of an online-softmax walk (self.sizes binds t to the chunk): its scores, its
-        state, and the merge into the running state."""
+    def _online_chunk(self, form, t: Tiling, T: int, qT: str, tcol, rows0, slots: dict, members):
+        """One chunk of an online-softmax walk (self.sizes binds t to the chunk): its scores and
+        its state (n_c, l_c, o_c), written to slot i_ch of `slots`."""
         em = self.em
         P, KT, CH, NT = t.row_tile, t.k_tile, t.kv_chunk, t.n_tile_for(t.kv_chunk)
         rows = _ex(rows0, ("i_r", P))
@@ -331,44 +344,68 @@ class KernelBuilder:
             w2 = self._weight_piece(v_mm, CH, KT, D, None, P, at=((("i_ch", CH),), ()), dma=dma)
             c1, c2 = _ex(("i_kt", CH), ("i_nt", NT)), _ex(("i_kt", D))
         xs = em.alloc(f"{self._nm(x)}_chunk", P, CH, "f32")
+        # each piece's max taken on its way out of PSUM, by the scores' element-wise tail (a
+        # scale: one instruction does both), where the max of maxes is proved
+        from axon.verification import Status
+
+        by_parts = bool(form.scores.epilogue) and partial_max_lemma().status is Status.PROVED
+        if by_parts:
+            parts = em.alloc("max_parts", P, CH // NT, em.wide_dtype)
         with em.loop("i_nt", CH // NT):
             acc = em.alloc("acc", P, NT, "accum")
             em.matmul(acc, qT, w1, P, KT, NT, K1 // KT, tcol("i_kt"), c1, step=self.lowerer.matmul(s_mm).steps[0])
             here = {s_mm: em.view(acc, P, "0", NT)}
             dst = em.view(xs, P, _ex(("i_nt", NT)), NT)
-            if form.scores.epilogue:
+            nodes, out = list(form.scores.epilogue), {}
+            if by_parts:
+                mx = make_node(Op.REDUCE_MAX, (x,), AxisParams(x.rank - 1, True))
+                nodes.append(mx)
+                out = {x: dst, mx: em.view(parts, P, "i_nt", 1)}
+            if nodes:
                 col0 = _ex(("i_ch", CH), ("i_nt", NT))
-                self.run_program(form.scores.epilogue, [x],
+                self.run_program(nodes, list(out) or [x],
                                  lambda y: self.operand(y, here, {}, members, "i_r", P, rows, chunk=(col0, NT)),
-                                 lambda n: dst if n == x else em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT),
+                                 lambda n: out.get(n) or (dst if n == x else
+                                                          em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)),
                                  P, chunk=(CH, NT), memories={s_mm: "psum"})
             else:
                 em.copy(dst, here[s_mm])
         # the chunk's own state: its negated max, exp(x - max) (only read transposed), the exp's sum
-        cs = chunk_state(x)
-        # a max of bf16 scores is one of them: kept bf16, the reduction takes its bf16 rate
-        tiles = {cs["n"]: em.view(em.alloc("n_chunk", P, 1, em.tile_dtype[xs]), P, "0", 1),
-                 cs["l"]: em.view(em.alloc("l_chunk", P, 1, "f32"), P, "0", 1),
+        # (a max of bf16 scores is one of them: the slots keep it in the scores' dtype)
+        if by_parts:
+            part_node = input_node("max_parts", x.shape[:-1] + (Size.of(CH // NT),))
+            cs = chunk_state_from_parts(x, part_node)
+        else:
+            cs = chunk_state(x)
+        tiles = {cs["n"]: em.view(slots["n"], P, "i_ch", 1), cs["l"]: em.view(slots["l"], P, "i_ch", 1),
                  cs["e"]: em.view(em.alloc(self._nm(form.e), P, CH, "kernel"), P, "0", CH)}
         upstream = set(Graph((), (x,)).nodes())
-        nodes = [n for n in Graph((), (cs["n"], cs["l"])).nodes() if n not in upstream]
-        self.run_program(nodes, list(tiles), lambda y: em.view(xs, P, "0", CH), lambda n: tiles[n], P)
+        nodes = [n for n in Graph((), (cs["n"], cs["l"])).nodes() if n not in upstream and n.op is not Op.INPUT]
+        reads = {x: em.view(xs, P, "0", CH)}
+        if by_parts:
+            reads[part_node] = em.view(parts, P, "0", CH // NT)
+        self.run_program(nodes, list(tiles), reads.__getitem__, lambda n: tiles[n], P)
         eT = em.alloc(f"{self._nm(form.e)}_T", KT, CH // KT * P, "kernel")
         em.transpose_into(eT, tiles[cs["e"]], P, KT, CH // KT, "i_r", "0")
         acc_o = em.alloc("acc", P, D, "accum")
         em.matmul(acc_o, eT, w2, P, KT, D, CH // KT, _ex(("i_kt", P)), c2, step=self.lowerer.matmul(v_mm).steps[0])
-        # the merge: m' to a fresh column (the old m is read after it), l' and o' over l and o (each
-        # old value feeds only its own new one, so the instruction writing it comes last)
+        em.copy(em.view(slots["o"], P, _ex(("i_ch", D)), D), em.view(acc_o, P, "0", D))
+
+    def _online_merge(self, form, P: int, D: int, state: dict, slots: dict):
+        """Chunk i_ch's state (from its slots) merged into the running state. m' goes to a fresh
+        column (the old m is read after it), l' and o' over l and o (each old value feeds only
+        its own new one, so the instruction writing it comes last)."""
+        em = self.em
         ins, merged = merge_nodes(form.m, form.o)
-        given = {ins["m"]: em.view(state["m"], P, "0", 1), ins["l"]: em.view(state["l"], P, "0", 1),
-                 ins["o"]: em.view(state["o"], P, "0", D), ins["n_c"]: tiles[cs["n"]], ins["l_c"]: tiles[cs["l"]],
-                 ins["o_c"]: em.view(acc_o, P, "0", D)}
+        given = {ins["m"]: state["m"], ins["l"]: state["l"], ins["o"]: state["o"],
+                 ins["n_c"]: em.view(slots["n"], P, "i_ch", 1),
+                 ins["l_c"]: em.view(slots["l"], P, "i_ch", 1), ins["o_c"]: em.view(slots["o"], P, _ex(("i_ch", D)), D)}
         m_new = em.view(em.alloc("m_new", P, 1, "state"), P, "0", 1)
         out = {merged["m"]: m_new, merged["l"]: given[ins["l"]], merged["o"]: given[ins["o"]]}
         nodes = [n for n in Graph((), tuple(merged.values())).nodes() if n.op is not Op.INPUT]
         wide, em.wide_dtype = em.wide_dtype, "f32"  # the merge's temporaries carry the state: f32
         try:
-            self.run_program(nodes, list(out), lambda y: given[y], lambda n: out[n], P, memories={ins["o_c"]: "psum"})
+            self.run_program(nodes, list(out), lambda y: given[y], lambda n: out[n], P)
         finally:
             em.wide_dtype = wide
         em.copy(given[ins["m"]], m_new)
@@ -378,8 +415,7 @@ class KernelBuilder:
         em = self.em
         P = t.row_tile
         rows = _ex(rows0, ("i_r", P))
-        here = {form.o: em.view(state["o"], P, "0", self.cols(form.o)), form.l: em.view(state["l"], P, "0", 1),
-                form.m: em.view(state["m"], P, "0", 1)}
+        here = {form.o: state["o"], form.l: state["l"], form.m: state["m"]}
         tail = form.values.epilogue
         if tail:
             needed = [n for n in tail if self._needs_store(n, consumers, owner, pi)]

@@ -16,8 +16,12 @@ bias, so the fused max-and-exp lowering makes it anyway), and a running state ta
 The state of two chunks of any lengths, so merged, is the state of the row they make up
 (`merge_lemma`, proved by Axon's verifier with lemma fold_cases); by induction over the chunks the
 last running state is the whole row's, and the second matmul's element-wise tail runs once on it.
-The state starts at (m, l, o) = (START, 0, 0): the first merge then takes the first chunk's state
-as it is (a = exp(START - m_c) is 0 for any score above START / 2).
+The chunks do not depend on each other: each writes its state to a slot, and the merges run
+over the slots afterwards, in order. Within a chunk, the scores leave PSUM one bank-wide piece at
+a time through their element-wise tail (a scale), and each piece's max is taken on the way out
+(one Vector Engine instruction does both); the chunk's max is the max of those
+(`partial_max_lemma`, proved; by induction over the pieces). The running state starts as the
+first chunk's own (m = -n_0, l_0, o_0): chunk_state is the pass's state of that chunk.
 """
 from __future__ import annotations
 
@@ -29,7 +33,6 @@ from axon.fusion.nodes import Group, Phase, RowWorld, phases
 from axon.ir import Graph, Node, input_node, make_node
 from axon.semantics.ops import AxisParams, ConcatParams, Op
 
-START = -3.0e38  # the running max before the first chunk: below every score, finite in float32
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,29 @@ def chunk_state(x: Node) -> dict:
     n = ap(Op.NEG, ap(Op.REDUCE_MAX, x, p=last))
     e = ap(Op.EXP, ap(Op.ADD, x, n))
     return {"n": n, "e": e, "l": ap(Op.REDUCE_SUM, e, p=last)}
+
+
+def chunk_state_from_parts(x: Node, parts: Node) -> dict:
+    """`chunk_state` with the max taken over the pieces' maxes `parts` (partial_max_lemma)."""
+    ap = lambda op, *xs, p=None: make_node(op, xs, p)
+    last = AxisParams(x.rank - 1, True)
+    n = ap(Op.NEG, ap(Op.REDUCE_MAX, parts, p=last))
+    e = ap(Op.EXP, ap(Op.ADD, x, n))
+    return {"n": n, "e": e, "l": ap(Op.REDUCE_SUM, e, p=last)}
+
+
+@functools.cache
+def partial_max_lemma():
+    """The verifier's verdict on: the max of a row made of two parts of any lengths is the max of
+    the parts' maxes."""
+    from axon.semantics.sizes import Size
+    from axon.verification import Verifier
+
+    s, t1, t2 = (Size.of(n) for n in ("s", "t1", "t2"))
+    a, b = input_node("a", (s, t1)), input_node("b", (s, t2))
+    mx = lambda y: make_node(Op.REDUCE_MAX, (y,), AxisParams(1, True))
+    cat = lambda *ys: make_node(Op.CONCAT, ys, ConcatParams(1))
+    return Verifier().check_programs(Graph((a, b), (mx(cat(a, b)),)), Graph((a, b), (mx(cat(mx(a), mx(b))),)))
 
 
 def _state(x: Node, v: Node) -> dict:

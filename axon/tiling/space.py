@@ -408,11 +408,13 @@ def _check_online(world: RowWorld, group: Group, t: Tiling, sizes, limits: Limit
 
 
 def _online_extra_bytes(form, t: Tiling, sizes, dsize: int) -> int:
-    """Bytes per partition an online walk keeps beyond one chunk's pass: the running state (two
-    f32 columns and an f32 row of the output, twice: before and after a merge) and, with weights
-    kept whole, the rest of both weights."""
+    """Bytes per partition an online walk keeps beyond one chunk's pass: every chunk's state in
+    its slots (two f32 columns and an f32 row of the output; the max at most f32), the running
+    max and a merge's temporaries (at most a state, twice) and, with weights kept whole, the rest
+    of both weights."""
     F32 = 4
-    extra = 2 * F32 * (2 + concrete(form.o.shape[-1], sizes))
+    state = F32 * (2 + concrete(form.o.shape[-1], sizes))
+    extra = 2 * state + sizes[form.dim] // t.kv_chunk * state
     if not t.n_block:
         T = sizes[form.dim]
         W1, W2 = form.scores.matmuls[0].inputs[1], form.o.inputs[1]

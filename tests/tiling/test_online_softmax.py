@@ -14,7 +14,7 @@ from axon.semantics.bounds import kernel_reference
 from axon.semantics.evaluate import evaluate
 from axon.suite import SUITE
 from axon.targets.trainium.target import TrainiumTarget
-from axon.tiling.online import _merged, _state, chunk_state, merge_lemma, online_softmax
+from axon.tiling.online import _merged, _state, chunk_state, merge_lemma, online_softmax, partial_max_lemma
 from axon.tiling.space import enumerate_tilings
 from axon.verification import Status
 
@@ -36,6 +36,22 @@ def _fused_worlds(name):
 def test_the_merge_of_chunk_states_is_proved_for_chunks_of_any_lengths():
     v = merge_lemma()
     assert v.status is Status.PROVED, v.reason
+
+
+def test_a_chunk_max_from_its_pieces_maxes_is_proved_and_a_wrong_split_is_not():
+    from axon.ir import input_node, make_node
+    from axon.semantics.ops import AxisParams, ConcatParams, Op
+    from axon.semantics.sizes import Size
+    from axon.verification import Verifier
+
+    assert partial_max_lemma().status is Status.PROVED, partial_max_lemma().reason
+    s, t1, t2 = (Size.of(n) for n in ("s", "t1", "t2"))
+    a, b = input_node("a", (s, t1)), input_node("b", (s, t2))
+    mx = lambda y: make_node(Op.REDUCE_MAX, (y,), AxisParams(1, True))
+    whole = mx(make_node(Op.CONCAT, (a, b), ConcatParams(1)))
+    first_only = mx(make_node(Op.CONCAT, (mx(a), mx(a)), ConcatParams(1)))  # forgets the second piece
+    v = Verifier().check_programs(Graph((a, b), (whole,)), Graph((a, b), (first_only,)))
+    assert v.status is Status.REFUTED
 
 
 def test_the_merge_lemma_is_a_real_claim_numerically():
@@ -102,12 +118,21 @@ def test_walk_kernels_match_the_reference(name, sizes, weights):
     assert {c.passes[0].tiling.n_block for c in walks} == ({0} if weights == "whole" else chunks)
     inputs = prog.random_inputs(sizes, "bfloat16", seed=3)
     want, tol = kernel_reference(prog.graph, inputs, "bfloat16")
-    seen = set()
+    seen, scaled_scores = set(), []
     for c in walks:
         key = (c.variant, c.passes[0].tiling.kv_chunk, c.passes[0].tiling.n_block, c.options.precision)
         if key in seen:
             continue
         seen.add(key)
-        assert "nl.sequential_range(" in c.source and "m_run" in c.source
+        # the chunks run in an affine loop (independent: each writes its own state slot), the
+        # merges of chunks 1.. after them (a sequential loop; one merge of two chunks: no loop)
+        chunks, merges = (c.source.find(f"for i_ch in nl.{k}(") for k in ("affine_range", "sequential_range"))
+        n_chunks = 2048 // c.passes[0].tiling.kv_chunk
+        assert 0 < chunks < merges if n_chunks > 2 else (chunks > 0 and merges == -1)
+        assert "nl.memset" not in c.source  # the running state starts as chunk 0's: nothing to fill
         m = TARGET.run(c.source, inputs, timing_only=False)
         assert compare(m.outputs, want, tol).ok, c.describe()
+        maxes_on_the_way_out = "reduce_op=nl.maximum" in c.source and "max_parts" in c.source
+        scaled_scores.append(maxes_on_the_way_out)
+    # where the scores are scaled as they leave PSUM, their maxes ride on that instruction
+    assert any(scaled_scores) == (name == "attention")
