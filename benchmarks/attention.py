@@ -1,7 +1,7 @@
 """Attention at the cases issue 12 names: Axon's kernel against the program roofline and against
 AWS's own attention kernels run in the same simulator and model at the same shapes.
 
-    python benchmarks/attention.py [--corpus DIR] [--target trn2] [--only gqa:quick,...]
+    python benchmarks/attention.py [--corpus DIR] [--target trn2] [--only gqa:quick,...] [--out NAME]
 
 Cases: gqa (softmax(q k^T) v, grouped query heads) at its quick and Llama-3-70B prefill cases,
 scaled attention (1/sqrt(128)) at s = t = 4096 and its quick case, and decode (1 and 16 query
@@ -97,6 +97,7 @@ def main() -> int:
     ap.add_argument("--corpus", default="")
     ap.add_argument("--target", default="trn2")
     ap.add_argument("--only", default="", help="comma-separated benchmark:case pairs")
+    ap.add_argument("--out", default="attention", help="name of the results files (benchmarks/results/NAME.md, .json)")
     args = ap.parse_args()
     cases = [c for c in CASES if not args.only or f"{c[0]}:{c[1]}" in args.only.split(",")]
     rows = []
@@ -107,11 +108,11 @@ def main() -> int:
         print(f"  {r.get('axon_ns', 0) / 1e3:.1f} us, {r.get('roofline_fraction', 0):.0%} of the roofline"
               if "error" not in r else f"  FAILED: {r['error']}", flush=True)
     command = "python benchmarks/attention.py" + (f" --corpus {args.corpus}" if args.corpus else "") \
-        + (f" --only {args.only}" if args.only else "")
+        + (f" --only {args.only}" if args.only else "") + (f" --out {args.out}" if args.out != "attention" else "")
     out = ROOT / "benchmarks" / "results"
-    (out / "attention.json").write_text(json.dumps({"command": command, "target": args.target, "rows": rows},
+    (out / f"{args.out}.json").write_text(json.dumps({"command": command, "target": args.target, "rows": rows},
                                                    indent=1, default=str) + "\n")
-    (out / "attention.md").write_text(render(rows, command, args.target))
+    (out / f"{args.out}.md").write_text(render(rows, command, args.target))
     return 0
 
 
