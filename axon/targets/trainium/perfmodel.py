@@ -277,13 +277,15 @@ def _folded_psum_zeroing(trace: list[Instruction]) -> set[int]:
     """Memsets of a PSUM region whose next access is an nc_matmul writing exactly that region
     (`acc = nl.zeros(..., buffer=nl.psum)` then `acc += matmul`, or a lazily initialised zeros
     tensor a matmul overwrites): the compiler starts the accumulation group with an overwriting
-    matmul instead. An access to another region of the same buffer (another block of a multi-block
+    matmul instead. A memset the kernel issued itself (nisa.memset, extra["explicit"]) is an ISA
+    instruction the compiler emits as written: never folded. An access to another region of the same buffer (another block of a multi-block
     tensor) leaves the zeroings it does not overlap pending. Returns the memsets to skip (the
     matmul's own read of its PSUM region never creates a dependency, see estimate)."""
     pending: dict[int, dict[tuple, tuple[int, object]]] = {}  # PSUM buffer -> key -> (memset, region)
     skip: set[int] = set()
     for i, ins in enumerate(trace):
-        if ins.opcode == "memset" and len(ins.writes) == 1 and ins.writes[0].memory is Memory.PSUM:
+        if (ins.opcode == "memset" and len(ins.writes) == 1 and ins.writes[0].memory is Memory.PSUM
+                and not ins.extra.get("explicit")):
             w = ins.writes[0]
             pending.setdefault(w.buffer, {})[_key(w)] = (i, w)
             continue

@@ -63,6 +63,22 @@ def k(a, b):
     return out
 """)
 
+# the same four blocks, each zeroed by the kernel's own nisa.memset before its matmul accumulates
+EXPLICIT_ZEROING = NEW + textwrap.dedent("""
+@nki.jit
+def k(a, b):
+    out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    sa = nl.load(a)
+    sb = nl.load(b)
+    for i in nl.affine_range(4):
+        acc = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=acc, value=0.0)
+        nisa.nc_matmul(dst=acc, stationary=sa, moving=sb, accumulate=True)
+        res = nl.copy(acc)
+        nl.store(out[i], value=res)
+    return out
+""")
+
 # rmsnorm's sum of squares: a ScalarE square, then a VectorE sum of exactly its output
 SUM_OF_SQUARES = NEW + textwrap.dedent("""
 @nki.jit
@@ -127,6 +143,21 @@ def test_each_lazily_zeroed_block_folds_into_its_own_matmul():
     est = estimate(r.trace, TRN1)
     assert len(memsets) == 4 and est.folded == 4
     assert est.engine_busy_ns["vector"] == 0.0  # the zeroing was VectorE's only work
+
+
+def test_an_explicit_memset_is_kept_and_its_matmul_waits_for_it():
+    """nisa.memset is an ISA instruction the compiler emits as written: unlike nl.zeros it is
+    never folded, it takes VectorE time, and the matmul that accumulates onto it starts after it."""
+    a, b = ShapeDtype((128, 128), "float32"), ShapeDtype((128, 512), "float32")
+    r = simulate_source(EXPLICIT_ZEROING, "k", {"a": a, "b": b}, target="trn1", timing_only=True)
+    est = estimate(r.trace, TRN1, keep_schedule=True)
+    memsets = [n for n, i in enumerate(r.trace) if i.opcode == "memset"]
+    assert len(memsets) == 4 and est.folded == 0
+    assert est.engine_busy_ns["vector"] > 0.0
+    span = {row[5]: (row[1], row[2]) for row in est.schedule.rows}
+    matmuls = [n for n, i in enumerate(r.trace) if i.opcode == "nc_matmul"]
+    for zero, mm in zip(memsets, matmuls):
+        assert span[mm][0] >= span[zero][1]
 
 
 def test_activation_and_the_sum_of_its_output_fuse_into_activation_reduce():

@@ -51,7 +51,10 @@ def iota(ctx, dst, expr=None, offset=0, channel_multiplier=0, pattern=None, mask
     return finish(ctx, out, fresh, vals, None, mask, ins)
 
 
-def memset(ctx, dst, value, dtype=None, engine=None, shape=None, mask=None, name=None, **_):
+def memset(ctx, dst, value, dtype=None, engine=None, shape=None, mask=None, name=None, *,
+           explicit=False, **_):
+    """dst = value. `explicit`: the kernel called nisa.memset itself, an instruction the compiler
+    keeps (a PSUM zeroing from nl.zeros or an assignment it may fold into the first matmul)."""
     opc = "memset"
     if dst is None:
         out, fresh = dst_tile(ctx, None, shape, dtypes.to_dtype(dtype or dtypes.float32), SBUF, opc)
@@ -59,7 +62,7 @@ def memset(ctx, dst, value, dtype=None, engine=None, shape=None, mask=None, name
         out, fresh = onchip(ctx, dst, "dst", opc), False
     check_layout(ctx, out, opc, "dst")
     ins = ctx.emit(opc, engine_of(engine, Engine.VECTOR), out.shape[0], free_size(out.shape), out.dtype,
-                   (), (out.region(),))
+                   (), (out.region(),), extra={"explicit": True} if explicit else None)
     return finish(ctx, out, fresh, None if ctx.timing_only else value, None, mask, ins)
 
 

@@ -102,6 +102,11 @@ def _isa_function(ctx, name, impl, beta1: bool):
             if name == "memset":
                 return _memset_beta1(ctx, *args, **kw)
             return impl(ctx, None, *args, **kw)
+    if name == "memset":  # a memset the kernel wrote is an instruction the compiler keeps
+        plain = call
+
+        def call(*args, **kw):
+            return plain(*args, explicit=True, **kw)
     call.__name__ = name
     if beta1 or name not in nki_api.ISA:
         return call
@@ -133,8 +138,9 @@ _RUNTIME_FACTS = nki_api.Facts(
     name=_runtime_name)
 
 
-def _memset_beta1(ctx, shape, value, dtype=None, mask=None, engine=None, **_):
-    return isa.memset(ctx, None, value, dtype=dtype, shape=tuple(shape), mask=mask, engine=engine)
+def _memset_beta1(ctx, shape, value, dtype=None, mask=None, engine=None, explicit=False, **_):
+    return isa.memset(ctx, None, value, dtype=dtype, shape=tuple(shape), mask=mask, engine=engine,
+                      explicit=explicit)
 
 
 class _AnyType:
