@@ -126,7 +126,6 @@ class KernelBuilder:
         and HBM addressing as the full kernel, on part of its rows)."""
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
         self.program_sizes = dict(sizes)  # never rebound (self.sizes is, for a causal pass's row blocks)
-        self.block_runs = None  # row blocks the full kernel runs in the loop being emitted (None: all)
         self.seen = None  # in a causal pass's run of row blocks: (its Prefix, the run's first row)
         self.rows = rows
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
@@ -205,7 +204,9 @@ class KernelBuilder:
         return f"{name}[{', '.join(idx)}]"
 
     # -- one pass ---------------------------------------------------------------------------
-    def emit_pass(self, pi: int, p: Pass, consumers, owner):
+    def emit_pass(self, pi: int, p: Pass, consumers, owner, only=None, runs=None):
+        """One pass: its batch loops, the weights they share, and the loop over row blocks (`only`:
+        the blocks to emit, default all or a check's; `runs`: how many the full kernel runs)."""
         em, w, t = self.em, self.w, p.tiling
         members = set(p.group.nodes)
         phs = phases(w, p.group)
@@ -230,17 +231,15 @@ class KernelBuilder:
         self.shared_weights = {}
         for j, size in enumerate(w.batch):
             if j == shared_from:
-                self._load_shared_weights(phs, t)
+                self._load_shared_weights(phs, t, self._dma_weights())
             ctx.append(em.loop(f"i_b{j}", self.c(size)))
             ctx[-1].__enter__()
         # a pass's tiles die with it: a one-block pass of several is still a (one-iteration) loop
-        with em.loop("i_rb", R // (P * BM), scoped=len(self.passes) > 1, only=self._blocks(P * BM),
-                     runs=self.block_runs):
+        with em.loop("i_rb", R // (P * BM), scoped=len(self.passes) > 1, only=self._blocks(P * BM) if only is None
+                     else only, runs=runs):
             rows0 = ("i_rb", P * BM)
             block: dict[Node, str] = {}
             trans: dict[Node, tuple[str, int, str]] = {}  # node -> (tile, k_tiles, layout)
-            for n in set(block) | set(later):
-                pass
             for n in later:
                 block[n] = em.alloc(f"{self._nm(n)}_blk", P, BM * self.cols(n), "f32")
             for n in stationary:
@@ -286,7 +285,7 @@ class KernelBuilder:
                 self._load_shared_weights(matmul_phases, t, dma)
             ctx.append(em.loop(f"i_b{j}", self.c(size)))
             ctx[-1].__enter__()
-        with em.loop("i_rb", R // P, scoped=len(self.passes) > 1, only=self._blocks(P), runs=self.block_runs), \
+        with em.loop("i_rb", R // P, scoped=len(self.passes) > 1, only=self._blocks(P)), \
                 em.loop("i_r", 1):
             rows0 = ("i_rb", P)
             A = form.scores.matmuls[0].inputs[0]
@@ -435,26 +434,30 @@ class KernelBuilder:
         return masked_prefix(self.w, p.group, self.sizes, stored)
 
     def emit_pass_prefixed(self, pi: int, p: Pass, prefix, consumers, owner):
-        """The pass once per run of row blocks that see the same columns: with the column symbol
-        bound to that width, so the masked tiles beyond it are neither loaded nor computed."""
-        t, full, rows = p.tiling, self.sizes[prefix.dim], self.rows
+        """A causal pass once per run of row blocks that see the same columns, with the column
+        symbol bound to that width: the masked tiles beyond it are neither loaded nor computed.
+        The runs are the outermost loops: each is a long pipelined loop nest, where runs inside
+        the batch loops (sharing the weights loaded there) would each drain the pipeline."""
+        t = p.tiling
         block = t.row_tile * t.row_block
-        quantum = math.lcm(t.n_tile_for(full), t.k_tile, t.n_block if 0 < t.n_block < full else 1)
+        only = self._blocks(block)
+        full = self.sizes[prefix.dim]
+        # widths in whole contraction tiles (and weight blocks): a run per row block where the
+        # tiles are as tall as the contraction tile
+        quantum = math.lcm(t.k_tile, t.n_block if 0 < t.n_block < full else 1)
         widths = [prefix.width(b * block, block, full, quantum) for b in range(self.c(self.w.row) // block)]
         try:
             for width, run in itertools.groupby(enumerate(widths), key=lambda e: e[1]):
                 run = [b for b, _ in run]
-                span = (run[0] * block, (run[-1] + 1) * block)
-                self.rows = [span] if rows is None else [(max(a, span[0]), min(b, span[1])) for a, b in rows
-                                                         if min(b, span[1]) > max(a, span[0])]
-                if not self.rows:
+                emitted = run if only is None else [b for b in run if b in only]
+                if not emitted:
                     continue
-                self.em.comment(f"rows {span[0]}:{span[1]} see {prefix.dim} columns 0:{width} of {full}: "
-                                "the masked tiles beyond are skipped")
-                self.sizes[prefix.dim], self.block_runs, self.seen = width, len(run), (prefix, span[0])
-                self.emit_pass(pi, p, consumers, owner)
+                self.em.comment(f"rows {run[0] * block}:{(run[-1] + 1) * block} see {prefix.dim} columns "
+                                f"0:{width} of {full}: the masked tiles beyond are skipped")
+                self.sizes[prefix.dim], self.seen = width, (prefix, run[0] * block)
+                self.emit_pass(pi, p, consumers, owner, emitted, len(run))
         finally:
-            self.sizes[prefix.dim], self.rows, self.block_runs, self.seen = full, rows, None, None
+            self.sizes[prefix.dim], self.seen = full, None
 
     def _column_tile_runs(self, ph, N: int, NB: int, NT: int) -> list[tuple[tuple, "Node | None"]]:
         """The i_nt values of a matmul phase's output tiles in runs, each with the masking where
@@ -481,6 +484,12 @@ class KernelBuilder:
         w = wheres[0]
         ok = w.inputs[1] in ph.matmuls and w.shape[-1].as_symbol() == prefix.dim
         return w if ok else None
+
+    def _dma_weights(self) -> bool:
+        """Whether a transposed input weight comes through DMA transposes: in a causal pass's runs
+        of row blocks (each loads the keys it sees, again) of a candidate whose stationary operands
+        do, as in an online walk; elsewhere the Tensor Engine transposes them."""
+        return self.seen is not None and self.opt.stationary == "dma"
 
     def _weights_shared_from(self, phs, t: Tiling, members) -> int:
         return weights_shared_from(self.w, phs, t, members, self.sizes, lambda n: n in self.hbm)
@@ -884,7 +893,8 @@ class KernelBuilder:
             return self._matmul_streamed(ph, t, tile, layout, K, N, NB, NT, KB, rows0, block, trans, members,
                                          consumers, owner, pi)
         with em.loop("i_nb", N // NB):
-            wblk = {mm: self.shared_weights.get(mm) or self._weight_piece(mm, K, KT, NB, None, P)
+            wblk = {mm: self.shared_weights.get(mm) or self._weight_piece(mm, K, KT, NB, None, P,
+                                                                          dma=self._dma_weights())
                     for mm in ph.matmuls}
             with em.loop("i_r", BM):
                 rows = _ex(rows0, ("i_r", P))

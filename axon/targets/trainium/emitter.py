@@ -50,6 +50,12 @@ def engine_clocks(target: str) -> dict[str, float]:
     return {e.value: hw.engines[e].clock_ghz for e in (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)}
 
 
+def _plus(*terms: str) -> str:
+    """The sum of index expressions, zeros left out ("0" when all are)."""
+    kept = [t for t in terms if t and t != "0"]
+    return " + ".join(kept) or "0"
+
+
 class NkiEmitter:
     def __init__(self, dtype: str = "bfloat16", clocks: dict | None = None, scalar_copies: bool = False,
                  immediate_bias: bool = True):
@@ -309,23 +315,30 @@ class NkiEmitter:
         dt = self.tile_dtype.get(self._base(src_tile), "kernel")
         item = 4 if dt == "f32" or self.dtype == "float32" else 2
         step = stride or partitions
-        group = 1
-        if stride is None:
-            for g in (4, 2, 1):
-                if count % g == 0 and g * partitions * item <= _PSUM_BANK_BYTES:
-                    group = g
-                    break
-        with self.loop("i_q", count // group):
-            tp = self.fresh("tp")
-            self.line(f"{tp} = nl.ndarray(({k}, {group * partitions}), dtype={_DTYPE[dt]}, buffer=nl.psum)")
-            self.tile_mem[tp], self.tile_dtype[tp] = "psum", dt
-            for u in range(group):
-                c = f"{src_c0}i_q * {group * k} + {u * k}" if group > 1 else f"{src_c0}i_q * {k}"
-                c = c.replace(" + 0", "")
-                self.line(f"nisa.nc_transpose(dst={tp}[0:{k}, {u * partitions}:{(u + 1) * partitions}], "
-                          f"data={src_tile}[0:{partitions}, {c}:{c} + {k}])")
-            d0 = f"{base} + i_q * {group * step}" if count // group > 1 else base
-            self.copy(f"{dst_tile}[0:{k}, {d0}:{d0} + {group * partitions}]", tp)
+        # as many blocks per PSUM bank as fit, each bank leaving in one copy (a copy's fixed cost
+        # is paid per bank); a count the group does not divide ends with one shorter group
+        group = 1 if stride is not None else max(g for g in (4, 2, 1) if g * partitions * item <= _PSUM_BANK_BYTES)
+        group = min(group, count)
+        full, tail = divmod(count, group)
+        with self.loop("i_q", full):
+            self._transpose_group(dst_tile, _plus(base, f"i_q * {group * step}"), src_tile,
+                                  _plus(src_c0.removesuffix(" + "), f"i_q * {group * k}"), partitions, k, group, dt)
+        if tail:
+            self._transpose_group(dst_tile, _plus(base, str(full * group * step)), src_tile,
+                                  _plus(src_c0.removesuffix(" + "), str(full * group * k)), partitions, k, tail, dt)
+
+    def _transpose_group(self, dst_tile: str, d0: str, src_tile: str, c0: str, partitions: int, k: int,
+                         group: int, dt: str) -> None:
+        """`group` blocks of src_tile from column c0 transposed into one PSUM tile, copied out at
+        dst_tile[:, d0:]."""
+        tp = self.fresh("tp")
+        self.line(f"{tp} = nl.ndarray(({k}, {group * partitions}), dtype={_DTYPE[dt]}, buffer=nl.psum)")
+        self.tile_mem[tp], self.tile_dtype[tp] = "psum", dt
+        for u in range(group):
+            c = _plus(c0, str(u * k))
+            self.line(f"nisa.nc_transpose(dst={tp}[0:{k}, {u * partitions}:{(u + 1) * partitions}], "
+                      f"data={src_tile}[0:{partitions}, {c}:{c} + {k}])")
+        self.copy(f"{dst_tile}[0:{k}, {d0}:{d0} + {group * partitions}]", tp)
 
     def _split(self, view: str) -> tuple[str, str]:
         """'t[0:P, a:b]' -> ('t', 'a + ') so block offsets can be added to the view's start."""
