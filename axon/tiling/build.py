@@ -187,6 +187,13 @@ class KernelBuilder:
     def rows_tile(self) -> int:
         return self.passes[0].tiling.row_tile
 
+    def _begin_region(self) -> None:
+        """A loop nest of its own starts (a pass, a causal pass's run): the emitter balances its
+        engines within it (where it balances at all)."""
+        begin = getattr(self.em, "begin_region", None)
+        if begin is not None:
+            begin()
+
     # -- HBM indexing ---------------------------------------------------------------------------
     def hbm_ref(self, node: Node, rows: str, P: int, cols: str, transposed=False) -> str:
         """`name[b0, b1, rows, cols]` for an HBM tensor holding node's value (or an input it views)."""
@@ -208,6 +215,7 @@ class KernelBuilder:
         """One pass: its batch loops, the weights they share, and the loop over row blocks (`only`:
         the blocks to emit, default all or a check's; `runs`: how many the full kernel runs)."""
         em, w, t = self.em, self.w, p.tiling
+        self._begin_region()
         members = set(p.group.nodes)
         phs = phases(w, p.group)
         P, BM = t.row_tile, t.row_block
@@ -263,6 +271,7 @@ class KernelBuilder:
         from axon.verification import Status
 
         em, w, t = self.em, self.w, p.tiling
+        self._begin_region()
         form = online_softmax(w, p.group)
         if form is None:
             raise UnsupportedError("an online-softmax tiling of a pass without max, exp, sum between two matmuls")

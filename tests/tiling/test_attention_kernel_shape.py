@@ -61,7 +61,7 @@ def test_balanced_psum_copies_name_their_engine():
 def test_placement_weighs_work_by_its_loop_runs():
     em = NkiEmitter("bfloat16", scalar_copies=True)
     em.balance = True
-    em.preload({"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0})
+    em.preload({0: {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}})
     acc = em.alloc("acc", 128, 512, "accum")
     sb = em.alloc("s", 128, 512, "kernel")
     with em.loop("i_n", 16):
@@ -71,6 +71,22 @@ def test_placement_weighs_work_by_its_loop_runs():
     first, second = [line for line in em.lines if "tensor_copy" in line]
     assert first.split("engine=")[1] != second.split("engine=")[1]
     assert em.load["vector"] > 10 * em.load["scalar"] or em.load["scalar"] > 10 * em.load["vector"]
+
+
+def test_placement_balances_each_region_on_its_own():
+    """A loop nest that runs after another (a pass, a causal run) is balanced within itself: the
+    copies of a later region do not go to the engine the earlier one left idle overall."""
+    em = NkiEmitter("bfloat16", scalar_copies=True)
+    em.balance = True
+    em.preload({r: {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0} for r in range(3)})
+    acc = em.alloc("acc", 128, 512, "accum")
+    sb = em.alloc("s", 128, 512, "kernel")
+    for _ in range(2):
+        em.begin_region()
+        with em.loop("i_n", 16):
+            em.copy(f"{sb}[0:128, 0:512]", f"{acc}[0:128, 0:512]")
+    first, second = [line.split("engine=")[1] for line in em.lines if "tensor_copy" in line]
+    assert first == second == "nisa.engine.scalar)"  # each region's one copy, where it is cheapest
 
 
 def test_query_heads_fold_into_the_rows_where_kv_is_shared():

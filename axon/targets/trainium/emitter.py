@@ -50,6 +50,10 @@ def engine_clocks(target: str) -> dict[str, float]:
     return {e.value: hw.engines[e].clock_ghz for e in (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)}
 
 
+def _idle() -> dict[str, float]:
+    return {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}
+
+
 def _plus(*terms: str) -> str:
     """The sum of index expressions, zeros left out ("0" when all are)."""
     kept = [t for t in terms if t and t != "0"]
@@ -80,9 +84,13 @@ class NkiEmitter:
         self.header: list[str] = []
         self.sizes: dict[str, int] = {}  # binds symbolic constants (a mean's k)
         self.balance = False  # spread tensor_tensor / tensor_scalar / tensor_copy over Vector, GpSimd (and Scalar)
-        self.load = {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}  # ns of work placed so far (balance)
-        self.fixed = {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}  # ns of single-engine work (balance)
-        self._fixed_known = False  # `preload`ed: the whole kernel's fixed work is charged already
+        # balance is kept per region (one loop nest that runs after the one before: a pass, a
+        # causal pass's run of row blocks): `region` counts them, `load` is the current one's
+        # work placed so far, `fixed[r]` region r's single-engine work (all of it, `preload`ed)
+        self.region = 0
+        self.load = _idle()
+        self.fixed: dict[int, dict] = {0: _idle()}
+        self._fixed_known = False  # `preload`ed: every region's fixed work is charged already
         self.trips = 1  # iterations of the loops around the current line (work is charged per run)
         self.wide_dtype = "f32"  # what an f32 tile wider than one column is allocated as ("kernel": DT)
         self._prescanned = False  # inside `program`, whose single-engine load was charged up front
@@ -213,14 +221,23 @@ class NkiEmitter:
     # add/sub/mul (1 cycle); GpSimd cannot reach PSUM; on NeuronCore-v3 the Scalar Engine runs
     # tensor_scalar and tensor_copy too [isa]. Each instruction goes to the engine that would be
     # least loaded with it (in ns, at each engine's clock, times the runs of its loops), after the
-    # whole kernel's single-engine work is charged (`preload`, from a first build): an evacuation
-    # copy printed before the activation of the same rows then already sees that activation.
+    # region's single-engine work is charged (`preload`, from a first build): an evacuation copy
+    # printed before the activation of the same rows then already sees that activation.
 
     def preload(self, fixed: dict) -> None:
-        """Start placement from a kernel's whole single-engine load (`fixed` of a first build)."""
-        self.load = dict(fixed)
-        self.fixed = dict(fixed)
+        """Start each region's placement from its whole single-engine load (`fixed` of a first build)."""
+        self.fixed = {r: dict(f) for r, f in fixed.items()}
+        self.load = dict(self.fixed.get(self.region, _idle()))
         self._fixed_known = True
+
+    def begin_region(self) -> None:
+        """A new loop nest starts: it runs after the previous one (their engines' work does not
+        overlap much), so its instructions are balanced among themselves, not against the work
+        placed before it."""
+        self.region += 1
+        if not self._fixed_known:
+            self.fixed[self.region] = _idle()
+        self.load = dict(self.fixed.get(self.region, _idle()))
 
     def _width(self, view: str) -> int:
         m = re.match(r"^\w+\[0:\d+, (.+?):(.+)\]$", view)
@@ -245,7 +262,7 @@ class NkiEmitter:
             return
         ns = self.trips * (60 + cycles) / self.clocks[engine]
         self.load[engine] += ns
-        self.fixed[engine] += ns
+        self.fixed[self.region][engine] += ns
 
     def _note_fixed(self, text: str) -> None:
         if self._prescanned:
