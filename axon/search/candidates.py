@@ -231,23 +231,25 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                     continue
                 combos = _combos(world, gs, per_group, wsizes, dtype, per_combo)
                 # lowering alternatives (Lowerer.program `alt`) in order, per combo until one repeats an
-                # earlier source (an index past a phase's alternatives gives its fused program again)
+                # earlier source (an index past a phase's alternatives gives its fused program again);
+                # the stationary layouts of each next to each other: the static traffic estimate
+                # ties them (a DMA transpose moves what a load the Tensor Engine then transposes
+                # moves), and ranking keeps this order among ties, so a tie of many combos (a
+                # causal pass's row blocks) must not put every "pe" kernel before the first "dma"
                 plain, walk_way = _stationary_options(world, target), _walk_stationary(target)
-                for stationary in plain + [walk_way] * (walk_way not in plain):
-                    for combo in combos:
-                        walk = any(t.kv_chunk for t in combo)
-                        if (stationary != walk_way) if walk else (stationary not in plain):
-                            continue
-                        for alt in range(1 + _max_alternatives(lowerer)):
-                            fresh = [_candidate(name, target, world, wsizes, dtype, lowerer, counts, seen,
-                                                Candidate(vi, rewrites, mode,
-                                                          Options(stationary=stationary, engines=engines, lowering=alt,
-                                                                  precision=precision, packed=packed, fold=fold),
-                                                          tuple(Pass(g, t) for g, t in zip(gs, combo))))
-                                     for precision in precisions]
-                            out.extend(c for c in fresh if c is not None)
-                            if alt and fresh[0] is None:
-                                break
+                for combo in combos:
+                    layouts = [walk_way] if any(t.kv_chunk for t in combo) else plain
+                    for alt in range(1 + _max_alternatives(lowerer)):
+                        fresh = {(stationary, precision): _candidate(
+                                     name, target, world, wsizes, dtype, lowerer, counts, seen,
+                                     Candidate(vi, rewrites, mode,
+                                               Options(stationary=stationary, engines=engines, lowering=alt,
+                                                       precision=precision, packed=packed, fold=fold),
+                                               tuple(Pass(g, t) for g, t in zip(gs, combo))))
+                                 for stationary in layouts for precision in precisions}
+                        out.extend(c for c in fresh.values() if c is not None)
+                        if alt and all(fresh[(s, precisions[0])] is None for s in layouts):
+                            break
         if progress:
             progress(f"variant {vi}: {counts.generated} candidates so far")
     return out

@@ -470,19 +470,17 @@ def write_launcher(tgt, kernel_path: Path, entry: str, shapes: dict, dtype: str,
 
 
 def _by_fusion_in_turn(cands: list) -> list:
-    """Candidates in static-cost order within each fusion mode of each program variant (and walk,
-    row layout and stationary layout), those taking turns: the static estimate counts traffic, not
-    compute, so it orders kernels of one pass structure of one program but not across them (gqa at
-    Llama-3-70B: split passes that move less but compute no faster filled the ranking budget before
-    any fused one was timed; gqa at its quick case: the rewrite that divides after the second
-    matmul, on d columns instead of t, computes less but moves the same; causal attention: keys
-    transposed by DMA on their way in move the same bytes as keys the Tensor Engine transposes and
-    copies out of PSUM)."""
+    """Candidates in static-cost order within each fusion mode of each program variant (and walk
+    and row layout), those taking turns: the static estimate counts traffic, not compute, so it orders kernels of one
+    pass structure of one program but not across them (gqa at Llama-3-70B: split passes that move
+    less but compute no faster filled the ranking budget before any fused one was timed; gqa at
+    its quick case: the rewrite that divides after the second matmul, on d columns instead of t,
+    computes less but moves the same)."""
     modes: dict = {}
     for c in cands:  # an online-softmax walk (tiling.online) is a pass structure of its own, and
         # heads folded into the rows a row tile of its own (the same bytes, more lanes busy)
         online = any(p.tiling.kv_chunk for p in c.passes)
-        modes.setdefault((c.fusion, c.variant, online, c.options.fold, c.options.stationary), []).append(c)
+        modes.setdefault((c.fusion, c.variant, online, c.options.fold), []).append(c)
     turns = itertools.zip_longest(*modes.values())
     return [c for turn in turns for c in turn if c is not None]
 

@@ -127,6 +127,7 @@ class KernelBuilder:
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
         self.program_sizes = dict(sizes)  # never rebound (self.sizes is, for a causal pass's row blocks)
         self.seen = None  # in a causal pass's run of row blocks: (its Prefix, the run's first row)
+        self.nests = 0  # loop nests (passes, causal runs) begun so far
         self.rows = rows
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
         if hasattr(emitter, "balance"):
@@ -189,10 +190,12 @@ class KernelBuilder:
 
     def _begin_region(self) -> None:
         """A loop nest of its own starts (a pass, a causal pass's run): the emitter balances its
-        engines within it (where it balances at all)."""
+        engines within it (where it balances at all). The first one shares its region with the
+        kernel's set-up before it (broadcast vectors), which it waits for."""
         begin = getattr(self.em, "begin_region", None)
-        if begin is not None:
+        if begin is not None and self.nests:
             begin()
+        self.nests += 1
 
     # -- HBM indexing ---------------------------------------------------------------------------
     def hbm_ref(self, node: Node, rows: str, P: int, cols: str, transposed=False) -> str:

@@ -98,3 +98,19 @@ def test_every_pass_of_a_multi_pass_candidate_gets_its_good_tilings():
                      for c in unfused}
     assert unfused and all(len(b) == 2 for b in matmul_blocks)
     assert (4, 4) in matmul_blocks
+
+
+def test_a_combos_stationary_layouts_come_together():
+    """The static traffic estimate ties a kernel whose operands the DMA engine transposes with the
+    one whose operands the Tensor Engine transposes, and ranking keeps the candidates' order among
+    ties: each tiling's "pe" and "dma" kernels are next to each other, so a tie of many tilings
+    (a causal pass's row blocks) cannot rank every "pe" kernel before the first "dma" one."""
+    import itertools
+
+    sizes = {"kv": 1, "g": 2, "s": 512, "t": 512, "d": 64}
+    cands, _ = _candidates("causal_gqa", sizes)
+    same_combo = lambda c: (c.variant, c.fusion, c.options.engines, c.options.fold, c.options.packed,
+                            tuple(p.tiling for p in c.passes))
+    runs = [list(run) for _, run in itertools.groupby(cands, key=same_combo)]
+    assert len(runs) > 4
+    assert all({c.options.stationary for c in run} == {"pe", "dma"} for run in runs)

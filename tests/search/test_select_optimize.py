@@ -200,12 +200,11 @@ def test_a_direct_lowering_that_does_not_fit_is_said_so_not_infinitely_slow(monk
     assert "baseline: none: the direct lowering does not fit trn2: SBUF" in r.report
 
 
-def _cand(fusion, variant, cost, kv_chunk=0, fold=0, stationary="pe"):
+def _cand(fusion, variant, cost, kv_chunk=0, fold=0):
     from types import SimpleNamespace
 
     tiling = SimpleNamespace(kv_chunk=kv_chunk)
-    return SimpleNamespace(fusion=fusion, variant=variant, static_cost=cost,
-                           options=SimpleNamespace(fold=fold, stationary=stationary),
+    return SimpleNamespace(fusion=fusion, variant=variant, static_cost=cost, options=SimpleNamespace(fold=fold),
                            passes=(SimpleNamespace(tiling=tiling),))
 
 
@@ -237,14 +236,3 @@ def test_ranking_takes_online_walks_and_folded_heads_in_turn_too():
              _cand("fused", 0, 4, kv_chunk=2048, fold=4), _cand("fused", 0, 5)]
     got = [c.static_cost for c in _by_fusion_in_turn(cands)]
     assert got == [1, 3, 4, 2, 5]
-
-
-def test_ranking_takes_the_stationary_layouts_in_turn_too():
-    """Keys transposed by DMA on their way in move the bytes the Tensor Engine's transposes move
-    (the static estimate ties them) but leave the Tensor, Vector and Scalar Engines free: each
-    layout takes its own turns, so a tie of hundreds of one layout cannot keep the other unranked."""
-    from axon.search.optimize import _by_fusion_in_turn
-
-    cands = [_cand("fused", 0, c, stationary=s) for c, s in [(1, "pe"), (1, "pe"), (1, "pe"), (1, "dma"), (2, "dma")]]
-    got = [(c.options.stationary, c.static_cost) for c in _by_fusion_in_turn(cands)]
-    assert got == [("pe", 1), ("dma", 1), ("pe", 1), ("dma", 2), ("pe", 1)]
