@@ -3,7 +3,7 @@
 sizes:    kv=8, g=4, s=2048, t=2048, d=128
 rewrites: propagate matmul (operand 0) into div: degree 1 onto operand 0 (each proved for all sizes)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
+layout:   stationary operands transposed by dma
 pass 1:   matmul, where, max, sub, exp, matmul, sum, div; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved), where (synthesis, proved)
 checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.31, 0.32 of its per-element error bound
@@ -23,213 +23,720 @@ def causal_gqa(q, k, v):
     assert v.dtype == nl.bfloat16, f"v: expected bfloat16, got {v.dtype}"
     DT = q.dtype
     out = nl.ndarray((8, 4, 2048, 128), dtype=DT, buffer=nl.shared_hbm)
-    # rows 0:512 see t columns 0:512 of 2048: the masked tiles beyond are skipped
+    # rows 0:128 see t columns 0:128 of 2048: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(4):
-            wrows = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp[0:128, 0:128], data=wrows[0:128, 0:128])
-            nisa.tensor_copy(dst=w[0:128, nl.ds(i_j * 128, 128)], src=tp, engine=nisa.engine.vector)
-        w1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(4):
-            nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        w = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=w[0:128, 0:128], src=k[i_b0, 0, 0:128, 0:128])
+        w1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+        nisa.dma_copy(dst=w1[0:128, 0:128], src=v[i_b0, 0, 0:128, 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(4):
-                where_blk = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                sum_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp_T = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                lhsT = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=q_t[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT[0:128, 0:128], src=tp1, engine=nisa.engine.vector)
-                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, 0:128], moving=w[0:128, 0:512])
-                # where: 2 instruction(s), proved
-                t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where_blk[0:128, 0:512], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 512 + 0 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t[0:128, 0:512], on_false_value=-30000.0)
-                exp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t1 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t1[0:128, 0:1], data=where_blk[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp1[0:128, 0:512], reduce_res=sum_blk[0:128, 0:1], data=where_blk[0:128, 0:512], bias=t1[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp1[0:128, 0:128])
-                nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp1[0:128, 128:256])
-                nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp1[0:128, 256:384])
-                nisa.nc_transpose(dst=tp2[0:128, 384:512], data=exp1[0:128, 384:512])
-                nisa.tensor_copy(dst=exp_T[0:128, 0:512], src=tp2, engine=nisa.engine.vector)
-                o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(4):
-                    nisa.nc_matmul(dst=acc1[0:128, 0:128], stationary=exp_T[0:128, nl.ds(i_kt * 128, 128)], moving=w1[0:128, nl.ds(i_kt * 128, 128)])
-                # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o[0:128, 0:128], data=acc1[0:128, 0:128], operand0=sum_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
-                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o[0:128, 0:128])
-    # rows 512:1024 see t columns 0:1024 of 2048: the masked tiles beyond are skipped
+            where_blk = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            sum_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp_T = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            lhsT = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT[0:128, 0:128], src=q[i_b0, i_b1, 0:128, 0:128])
+            acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc[0:128, 0:128], stationary=lhsT[0:128, 0:128], moving=w[0:128, 0:128])
+            # where: 2 instruction(s), proved
+            t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t[0:128, 0:128], data=acc[0:128, 0:128], op=nl.copy)
+            nisa.affine_select(dst=where_blk[0:128, 0:128], pattern=[[-1, 128]], offset=0 * 128 + 0 * 128 - (0 * 128 + 0 * 128), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t[0:128, 0:128], on_false_value=-30000.0)
+            exp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t1 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t1[0:128, 0:1], data=where_blk[0:128, 0:128], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp1[0:128, 0:128], reduce_res=sum_blk[0:128, 0:1], data=where_blk[0:128, 0:128], bias=t1[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            tp = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp[0:128, 0:128], data=exp1[0:128, 0:128])
+            nisa.tensor_copy(dst=exp_T[0:128, 0:128], src=tp, engine=nisa.engine.vector)
+            o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc1[0:128, 0:128], stationary=exp_T[0:128, 0:128], moving=w1[0:128, 0:128])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o[0:128, 0:128], data=acc1[0:128, 0:128], operand0=sum_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 0:128, 0:128], src=o[0:128, 0:128])
+    # rows 128:256 see t columns 0:256 of 2048: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w2 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(8):
-            wrows1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows1[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp3[0:128, 0:128], data=wrows1[0:128, 0:128])
-            nisa.tensor_copy(dst=w2[0:128, nl.ds(i_j * 128, 128)], src=tp3, engine=nisa.engine.vector)
-        w3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(8):
+        w2 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(2):
+            nisa.dma_transpose(dst=w2[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w3 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(2):
             nisa.dma_copy(dst=w3[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(4, 8):
-                where1_blk = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                sum1_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp2_T = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                lhsT1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t1[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp4[0:128, 0:128], data=q_t1[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT1[0:128, 0:128], src=tp4, engine=nisa.engine.vector)
-                acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 0:512])
-                # where: the mask keeps every position of these tiles
-                nisa.tensor_copy(dst=where1_blk[0:128, 0:512], src=acc2[0:128, 0:512], engine=nisa.engine.vector)
-                acc3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc3[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 512:1024])
-                # where: 2 instruction(s), proved
-                t2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                nisa.activation(dst=t2[0:128, 0:512], data=acc3[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where1_blk[0:128, 512:1024], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + 1 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:512], on_false_value=-30000.0)
-                exp3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t3 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t3[0:128, 0:1], data=where1_blk[0:128, 0:1024], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp3[0:128, 0:1024], reduce_res=sum1_blk[0:128, 0:1], data=where1_blk[0:128, 0:1024], bias=t3[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(2):
-                    tp5 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp5[0:128, 0:128], data=exp3[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp5[0:128, 128:256], data=exp3[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp5[0:128, 256:384], data=exp3[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp5[0:128, 384:512], data=exp3[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp2_T[0:128, nl.ds(i_q * 512, 512)], src=tp5, engine=nisa.engine.vector)
-                o1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc4 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(8):
-                    nisa.nc_matmul(dst=acc4[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
-                # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc4[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
-                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o1[0:128, 0:128])
-    # rows 1024:1536 see t columns 0:1536 of 2048: the masked tiles beyond are skipped
+            where1_blk = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+            sum1_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp2_T = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+            lhsT1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT1[0:128, 0:128], src=q[i_b0, i_b1, 128:256, 0:128])
+            acc2 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc2[0:128, 0:256], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 0:256])
+            # where: 2 instruction(s), proved
+            t2 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t2[0:128, 0:256], data=acc2[0:128, 0:256], op=nl.copy)
+            nisa.affine_select(dst=where1_blk[0:128, 0:256], pattern=[[-1, 256]], offset=1 * 128 + 0 * 128 - (0 * 256 + 0 * 256), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:256], on_false_value=-30000.0)
+            exp3 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t3 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t3[0:128, 0:1], data=where1_blk[0:128, 0:256], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp3[0:128, 0:256], reduce_res=sum1_blk[0:128, 0:1], data=where1_blk[0:128, 0:256], bias=t3[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            tp1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp1[0:128, 0:128], data=exp3[0:128, 0:128])
+            nisa.nc_transpose(dst=tp1[0:128, 128:256], data=exp3[0:128, 128:256])
+            nisa.tensor_copy(dst=exp2_T[0:128, 0:256], src=tp1, engine=nisa.engine.vector)
+            o1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc3 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(2):
+                nisa.nc_matmul(dst=acc3[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc3[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 128:256, 0:128], src=o1[0:128, 0:128])
+    # rows 256:384 see t columns 0:384 of 2048: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w4 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(12):
-            wrows2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows2[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp6[0:128, 0:128], data=wrows2[0:128, 0:128])
-            nisa.tensor_copy(dst=w4[0:128, nl.ds(i_j * 128, 128)], src=tp6, engine=nisa.engine.vector)
-        w5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(12):
+        w4 = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(3):
+            nisa.dma_transpose(dst=w4[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w5 = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(3):
             nisa.dma_copy(dst=w5[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(8, 12):
-                where2_blk = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-                sum2_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp4_T = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-                lhsT2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t2[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp7[0:128, 0:128], data=q_t2[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT2[0:128, 0:128], src=tp7, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(2):
-                    acc5 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc5[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where2_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc5[0:128, 0:512], engine=nisa.engine.scalar)
-                acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, 1024:1536])
-                # where: 2 instruction(s), proved
-                t4 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                nisa.activation(dst=t4[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where2_blk[0:128, 1024:1536], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + 2 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:512], on_false_value=-30000.0)
-                exp5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t5 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t5[0:128, 0:1], data=where2_blk[0:128, 0:1536], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp5[0:128, 0:1536], reduce_res=sum2_blk[0:128, 0:1], data=where2_blk[0:128, 0:1536], bias=t5[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(3):
-                    tp8 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp8[0:128, 0:128], data=exp5[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp8[0:128, 128:256], data=exp5[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp8[0:128, 256:384], data=exp5[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp8[0:128, 384:512], data=exp5[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp4_T[0:128, nl.ds(i_q * 512, 512)], src=tp8, engine=nisa.engine.vector)
-                o2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(12):
-                    nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
-                # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc7[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
-                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o2[0:128, 0:128])
-    # rows 1536:2048 see t columns 0:2048 of 2048: the masked tiles beyond are skipped
+            where2_blk = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+            sum2_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp4_T = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+            lhsT2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT2[0:128, 0:128], src=q[i_b0, i_b1, 256:384, 0:128])
+            acc4 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc4[0:128, 0:384], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, 0:384])
+            # where: 2 instruction(s), proved
+            t4 = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t4[0:128, 0:384], data=acc4[0:128, 0:384], op=nl.copy)
+            nisa.affine_select(dst=where2_blk[0:128, 0:384], pattern=[[-1, 384]], offset=2 * 128 + 0 * 128 - (0 * 384 + 0 * 384), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:384], on_false_value=-30000.0)
+            exp5 = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t5 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t5[0:128, 0:1], data=where2_blk[0:128, 0:384], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp5[0:128, 0:384], reduce_res=sum2_blk[0:128, 0:1], data=where2_blk[0:128, 0:384], bias=t5[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            tp2 = nl.ndarray((128, 384), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp5[0:128, 0:128])
+            nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp5[0:128, 128:256])
+            nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp5[0:128, 256:384])
+            nisa.tensor_copy(dst=exp4_T[0:128, 0:384], src=tp2, engine=nisa.engine.vector)
+            o2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc5 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(3):
+                nisa.nc_matmul(dst=acc5[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc5[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 256:384, 0:128], src=o2[0:128, 0:128])
+    # rows 384:512 see t columns 0:512 of 2048: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w6 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(16):
-            wrows3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows3[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp9[0:128, 0:128], data=wrows3[0:128, 0:128])
-            nisa.tensor_copy(dst=w6[0:128, nl.ds(i_j * 128, 128)], src=tp9, engine=nisa.engine.scalar)
-        w7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(16):
+        w6 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(4):
+            nisa.dma_transpose(dst=w6[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w7 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(4):
             nisa.dma_copy(dst=w7[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            for i_rb in nl.affine_range(12, 16):
-                where3_blk = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-                sum3_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp6_T = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-                lhsT3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t3[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp10[0:128, 0:128], data=q_t3[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT3[0:128, 0:128], src=tp10, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(3):
-                    acc8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc8[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where3_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc8[0:128, 0:512], engine=nisa.engine.scalar)
-                acc9 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc9[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, 1536:2048])
-                # where: 2 instruction(s), proved
-                t6 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-                nisa.activation(dst=t6[0:128, 0:512], data=acc9[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where3_blk[0:128, 1536:2048], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + 3 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
-                exp7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t7 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t7[0:128, 0:1], data=where3_blk[0:128, 0:2048], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp7[0:128, 0:2048], reduce_res=sum3_blk[0:128, 0:1], data=where3_blk[0:128, 0:2048], bias=t7[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(4):
-                    tp11 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp11[0:128, 0:128], data=exp7[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp11[0:128, 128:256], data=exp7[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp11[0:128, 256:384], data=exp7[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp11[0:128, 384:512], data=exp7[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp6_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.vector)
-                o3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc10 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(16):
-                    nisa.nc_matmul(dst=acc10[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
-                # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc10[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
-                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o3[0:128, 0:128])
+            where3_blk = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+            sum3_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp6_T = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+            lhsT3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT3[0:128, 0:128], src=q[i_b0, i_b1, 384:512, 0:128])
+            acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, 0:512])
+            # where: 2 instruction(s), proved
+            t6 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t6[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
+            nisa.affine_select(dst=where3_blk[0:128, 0:512], pattern=[[-1, 512]], offset=3 * 128 + 0 * 128 - (0 * 512 + 0 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
+            exp7 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t7 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t7[0:128, 0:1], data=where3_blk[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp7[0:128, 0:512], reduce_res=sum3_blk[0:128, 0:1], data=where3_blk[0:128, 0:512], bias=t7[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            tp3 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp3[0:128, 0:128], data=exp7[0:128, 0:128])
+            nisa.nc_transpose(dst=tp3[0:128, 128:256], data=exp7[0:128, 128:256])
+            nisa.nc_transpose(dst=tp3[0:128, 256:384], data=exp7[0:128, 256:384])
+            nisa.nc_transpose(dst=tp3[0:128, 384:512], data=exp7[0:128, 384:512])
+            nisa.tensor_copy(dst=exp6_T[0:128, 0:512], src=tp3, engine=nisa.engine.vector)
+            o3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(4):
+                nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc7[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 384:512, 0:128], src=o3[0:128, 0:128])
+    # rows 512:640 see t columns 0:640 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w8 = nl.ndarray((128, 640), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(5):
+            nisa.dma_transpose(dst=w8[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w9 = nl.ndarray((128, 640), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(5):
+            nisa.dma_copy(dst=w9[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where4_blk = nl.ndarray((128, 640), dtype=DT, buffer=nl.sbuf)
+            sum4_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp8_T = nl.ndarray((128, 640), dtype=DT, buffer=nl.sbuf)
+            lhsT4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT4[0:128, 0:128], src=q[i_b0, i_b1, 512:640, 0:128])
+            acc8 = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc8[0:128, 0:320], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, 0:320])
+            # where: the mask keeps every position of these tiles
+            nisa.tensor_copy(dst=where4_blk[0:128, 0:320], src=acc8[0:128, 0:320], engine=nisa.engine.vector)
+            acc9 = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc9[0:128, 0:320], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, 320:640])
+            # where: 2 instruction(s), proved
+            t8 = nl.ndarray((128, 320), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t8[0:128, 0:320], data=acc9[0:128, 0:320], op=nl.copy)
+            nisa.affine_select(dst=where4_blk[0:128, 320:640], pattern=[[-1, 320]], offset=4 * 128 + 0 * 128 - (0 * 640 + 1 * 320), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t8[0:128, 0:320], on_false_value=-30000.0)
+            exp9 = nl.ndarray((128, 640), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t9 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t9[0:128, 0:1], data=where4_blk[0:128, 0:640], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp9[0:128, 0:640], reduce_res=sum4_blk[0:128, 0:1], data=where4_blk[0:128, 0:640], bias=t9[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            tp4 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp4[0:128, 0:128], data=exp9[0:128, 0:128])
+            nisa.nc_transpose(dst=tp4[0:128, 128:256], data=exp9[0:128, 128:256])
+            nisa.nc_transpose(dst=tp4[0:128, 256:384], data=exp9[0:128, 256:384])
+            nisa.nc_transpose(dst=tp4[0:128, 384:512], data=exp9[0:128, 384:512])
+            nisa.tensor_copy(dst=exp8_T[0:128, 0:512], src=tp4, engine=nisa.engine.scalar)
+            tp5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp5[0:128, 0:128], data=exp9[0:128, 512:640])
+            nisa.tensor_copy(dst=exp8_T[0:128, 512:640], src=tp5, engine=nisa.engine.vector)
+            o4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc10 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(5):
+                nisa.nc_matmul(dst=acc10[0:128, 0:128], stationary=exp8_T[0:128, nl.ds(i_kt * 128, 128)], moving=w9[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o4[0:128, 0:128], data=acc10[0:128, 0:128], operand0=sum4_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 512:640, 0:128], src=o4[0:128, 0:128])
+    # rows 640:768 see t columns 0:768 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w10 = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(6):
+            nisa.dma_transpose(dst=w10[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w11 = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(6):
+            nisa.dma_copy(dst=w11[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where5_blk = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
+            sum5_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp10_T = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
+            lhsT5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT5[0:128, 0:128], src=q[i_b0, i_b1, 640:768, 0:128])
+            acc11 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc11[0:128, 0:384], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, 0:384])
+            # where: the mask keeps every position of these tiles
+            nisa.tensor_copy(dst=where5_blk[0:128, 0:384], src=acc11[0:128, 0:384], engine=nisa.engine.vector)
+            acc12 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc12[0:128, 0:384], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, 384:768])
+            # where: 2 instruction(s), proved
+            t10 = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t10[0:128, 0:384], data=acc12[0:128, 0:384], op=nl.copy)
+            nisa.affine_select(dst=where5_blk[0:128, 384:768], pattern=[[-1, 384]], offset=5 * 128 + 0 * 128 - (0 * 768 + 1 * 384), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t10[0:128, 0:384], on_false_value=-30000.0)
+            exp11 = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t11 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t11[0:128, 0:1], data=where5_blk[0:128, 0:768], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp11[0:128, 0:768], reduce_res=sum5_blk[0:128, 0:1], data=where5_blk[0:128, 0:768], bias=t11[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            tp6 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp6[0:128, 0:128], data=exp11[0:128, 0:128])
+            nisa.nc_transpose(dst=tp6[0:128, 128:256], data=exp11[0:128, 128:256])
+            nisa.nc_transpose(dst=tp6[0:128, 256:384], data=exp11[0:128, 256:384])
+            nisa.nc_transpose(dst=tp6[0:128, 384:512], data=exp11[0:128, 384:512])
+            nisa.tensor_copy(dst=exp10_T[0:128, 0:512], src=tp6, engine=nisa.engine.vector)
+            tp7 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp7[0:128, 0:128], data=exp11[0:128, 512:640])
+            nisa.nc_transpose(dst=tp7[0:128, 128:256], data=exp11[0:128, 640:768])
+            nisa.tensor_copy(dst=exp10_T[0:128, 512:768], src=tp7, engine=nisa.engine.scalar)
+            o5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc13 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(6):
+                nisa.nc_matmul(dst=acc13[0:128, 0:128], stationary=exp10_T[0:128, nl.ds(i_kt * 128, 128)], moving=w11[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o5[0:128, 0:128], data=acc13[0:128, 0:128], operand0=sum5_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 640:768, 0:128], src=o5[0:128, 0:128])
+    # rows 768:896 see t columns 0:896 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w12 = nl.ndarray((128, 896), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(7):
+            nisa.dma_transpose(dst=w12[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w13 = nl.ndarray((128, 896), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(7):
+            nisa.dma_copy(dst=w13[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where6_blk = nl.ndarray((128, 896), dtype=DT, buffer=nl.sbuf)
+            sum6_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp12_T = nl.ndarray((128, 896), dtype=DT, buffer=nl.sbuf)
+            lhsT6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT6[0:128, 0:128], src=q[i_b0, i_b1, 768:896, 0:128])
+            acc14 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc14[0:128, 0:448], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, 0:448])
+            # where: the mask keeps every position of these tiles
+            nisa.tensor_copy(dst=where6_blk[0:128, 0:448], src=acc14[0:128, 0:448], engine=nisa.engine.vector)
+            acc15 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc15[0:128, 0:448], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, 448:896])
+            # where: 2 instruction(s), proved
+            t12 = nl.ndarray((128, 448), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t12[0:128, 0:448], data=acc15[0:128, 0:448], op=nl.copy)
+            nisa.affine_select(dst=where6_blk[0:128, 448:896], pattern=[[-1, 448]], offset=6 * 128 + 0 * 128 - (0 * 896 + 1 * 448), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t12[0:128, 0:448], on_false_value=-30000.0)
+            exp13 = nl.ndarray((128, 896), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t13 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t13[0:128, 0:1], data=where6_blk[0:128, 0:896], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp13[0:128, 0:896], reduce_res=sum6_blk[0:128, 0:1], data=where6_blk[0:128, 0:896], bias=t13[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            tp8 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp8[0:128, 0:128], data=exp13[0:128, 0:128])
+            nisa.nc_transpose(dst=tp8[0:128, 128:256], data=exp13[0:128, 128:256])
+            nisa.nc_transpose(dst=tp8[0:128, 256:384], data=exp13[0:128, 256:384])
+            nisa.nc_transpose(dst=tp8[0:128, 384:512], data=exp13[0:128, 384:512])
+            nisa.tensor_copy(dst=exp12_T[0:128, 0:512], src=tp8, engine=nisa.engine.vector)
+            tp9 = nl.ndarray((128, 384), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp9[0:128, 0:128], data=exp13[0:128, 512:640])
+            nisa.nc_transpose(dst=tp9[0:128, 128:256], data=exp13[0:128, 640:768])
+            nisa.nc_transpose(dst=tp9[0:128, 256:384], data=exp13[0:128, 768:896])
+            nisa.tensor_copy(dst=exp12_T[0:128, 512:896], src=tp9, engine=nisa.engine.scalar)
+            o6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc16 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(7):
+                nisa.nc_matmul(dst=acc16[0:128, 0:128], stationary=exp12_T[0:128, nl.ds(i_kt * 128, 128)], moving=w13[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o6[0:128, 0:128], data=acc16[0:128, 0:128], operand0=sum6_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 768:896, 0:128], src=o6[0:128, 0:128])
+    # rows 896:1024 see t columns 0:1024 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w14 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(8):
+            nisa.dma_transpose(dst=w14[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w15 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(8):
+            nisa.dma_copy(dst=w15[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where7_blk = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+            sum7_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp14_T = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+            lhsT7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT7[0:128, 0:128], src=q[i_b0, i_b1, 896:1024, 0:128])
+            acc17 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc17[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, 0:512])
+            # where: the mask keeps every position of these tiles
+            nisa.tensor_copy(dst=where7_blk[0:128, 0:512], src=acc17[0:128, 0:512], engine=nisa.engine.vector)
+            acc18 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc18[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, 512:1024])
+            # where: 2 instruction(s), proved
+            t14 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t14[0:128, 0:512], data=acc18[0:128, 0:512], op=nl.copy)
+            nisa.affine_select(dst=where7_blk[0:128, 512:1024], pattern=[[-1, 512]], offset=7 * 128 + 0 * 128 - (0 * 1024 + 1 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t14[0:128, 0:512], on_false_value=-30000.0)
+            exp15 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t15 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t15[0:128, 0:1], data=where7_blk[0:128, 0:1024], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp15[0:128, 0:1024], reduce_res=sum7_blk[0:128, 0:1], data=where7_blk[0:128, 0:1024], bias=t15[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(2):
+                tp10 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp10[0:128, 0:128], data=exp15[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp10[0:128, 128:256], data=exp15[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp10[0:128, 256:384], data=exp15[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp10[0:128, 384:512], data=exp15[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp14_T[0:128, nl.ds(i_q * 512, 512)], src=tp10, engine=nisa.engine.scalar)
+            o7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc19 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(8):
+                nisa.nc_matmul(dst=acc19[0:128, 0:128], stationary=exp14_T[0:128, nl.ds(i_kt * 128, 128)], moving=w15[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o7[0:128, 0:128], data=acc19[0:128, 0:128], operand0=sum7_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 896:1024, 0:128], src=o7[0:128, 0:128])
+    # rows 1024:1152 see t columns 0:1152 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w16 = nl.ndarray((128, 1152), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(9):
+            nisa.dma_transpose(dst=w16[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w17 = nl.ndarray((128, 1152), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(9):
+            nisa.dma_copy(dst=w17[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where8_blk = nl.ndarray((128, 1152), dtype=DT, buffer=nl.sbuf)
+            sum8_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp16_T = nl.ndarray((128, 1152), dtype=DT, buffer=nl.sbuf)
+            lhsT8 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT8[0:128, 0:128], src=q[i_b0, i_b1, 1024:1152, 0:128])
+            for i_nt in nl.affine_range(2):
+                acc20 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc20[0:128, 0:384], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, nl.ds(i_nt * 384, 384)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where8_blk[0:128, nl.ds(i_nt * 384, 384)], src=acc20[0:128, 0:384], engine=nisa.engine.vector)
+            acc21 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc21[0:128, 0:384], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, 768:1152])
+            # where: 2 instruction(s), proved
+            t16 = nl.ndarray((128, 384), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t16[0:128, 0:384], data=acc21[0:128, 0:384], op=nl.copy)
+            nisa.affine_select(dst=where8_blk[0:128, 768:1152], pattern=[[-1, 384]], offset=8 * 128 + 0 * 128 - (0 * 1152 + 2 * 384), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t16[0:128, 0:384], on_false_value=-30000.0)
+            exp17 = nl.ndarray((128, 1152), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t17 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t17[0:128, 0:1], data=where8_blk[0:128, 0:1152], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp17[0:128, 0:1152], reduce_res=sum8_blk[0:128, 0:1], data=where8_blk[0:128, 0:1152], bias=t17[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(2):
+                tp11 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp11[0:128, 0:128], data=exp17[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp11[0:128, 128:256], data=exp17[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp11[0:128, 256:384], data=exp17[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp11[0:128, 384:512], data=exp17[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp16_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.scalar)
+            tp12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp12[0:128, 0:128], data=exp17[0:128, 1024:1152])
+            nisa.tensor_copy(dst=exp16_T[0:128, 1024:1152], src=tp12, engine=nisa.engine.vector)
+            o8 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc22 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(9):
+                nisa.nc_matmul(dst=acc22[0:128, 0:128], stationary=exp16_T[0:128, nl.ds(i_kt * 128, 128)], moving=w17[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o8[0:128, 0:128], data=acc22[0:128, 0:128], operand0=sum8_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1024:1152, 0:128], src=o8[0:128, 0:128])
+    # rows 1152:1280 see t columns 0:1280 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w18 = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(10):
+            nisa.dma_transpose(dst=w18[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w19 = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(10):
+            nisa.dma_copy(dst=w19[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where9_blk = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
+            sum9_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp18_T = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
+            lhsT9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT9[0:128, 0:128], src=q[i_b0, i_b1, 1152:1280, 0:128])
+            for i_nt in nl.affine_range(3):
+                acc23 = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc23[0:128, 0:320], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, nl.ds(i_nt * 320, 320)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where9_blk[0:128, nl.ds(i_nt * 320, 320)], src=acc23[0:128, 0:320], engine=nisa.engine.vector)
+            acc24 = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc24[0:128, 0:320], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, 960:1280])
+            # where: 2 instruction(s), proved
+            t18 = nl.ndarray((128, 320), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t18[0:128, 0:320], data=acc24[0:128, 0:320], op=nl.copy)
+            nisa.affine_select(dst=where9_blk[0:128, 960:1280], pattern=[[-1, 320]], offset=9 * 128 + 0 * 128 - (0 * 1280 + 3 * 320), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t18[0:128, 0:320], on_false_value=-30000.0)
+            exp19 = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t19 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t19[0:128, 0:1], data=where9_blk[0:128, 0:1280], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp19[0:128, 0:1280], reduce_res=sum9_blk[0:128, 0:1], data=where9_blk[0:128, 0:1280], bias=t19[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(2):
+                tp13 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp13[0:128, 0:128], data=exp19[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp13[0:128, 128:256], data=exp19[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp13[0:128, 256:384], data=exp19[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp13[0:128, 384:512], data=exp19[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp18_T[0:128, nl.ds(i_q * 512, 512)], src=tp13, engine=nisa.engine.scalar)
+            tp14 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp14[0:128, 0:128], data=exp19[0:128, 1024:1152])
+            nisa.nc_transpose(dst=tp14[0:128, 128:256], data=exp19[0:128, 1152:1280])
+            nisa.tensor_copy(dst=exp18_T[0:128, 1024:1280], src=tp14, engine=nisa.engine.vector)
+            o9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc25 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(10):
+                nisa.nc_matmul(dst=acc25[0:128, 0:128], stationary=exp18_T[0:128, nl.ds(i_kt * 128, 128)], moving=w19[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o9[0:128, 0:128], data=acc25[0:128, 0:128], operand0=sum9_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1152:1280, 0:128], src=o9[0:128, 0:128])
+    # rows 1280:1408 see t columns 0:1408 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w20 = nl.ndarray((128, 1408), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(11):
+            nisa.dma_transpose(dst=w20[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w21 = nl.ndarray((128, 1408), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(11):
+            nisa.dma_copy(dst=w21[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where10_blk = nl.ndarray((128, 1408), dtype=DT, buffer=nl.sbuf)
+            sum10_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp20_T = nl.ndarray((128, 1408), dtype=DT, buffer=nl.sbuf)
+            lhsT10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT10[0:128, 0:128], src=q[i_b0, i_b1, 1280:1408, 0:128])
+            for i_nt in nl.affine_range(3):
+                acc26 = nl.ndarray((128, 352), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc26[0:128, 0:352], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, nl.ds(i_nt * 352, 352)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where10_blk[0:128, nl.ds(i_nt * 352, 352)], src=acc26[0:128, 0:352], engine=nisa.engine.vector)
+            acc27 = nl.ndarray((128, 352), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc27[0:128, 0:352], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, 1056:1408])
+            # where: 2 instruction(s), proved
+            t20 = nl.ndarray((128, 352), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t20[0:128, 0:352], data=acc27[0:128, 0:352], op=nl.copy)
+            nisa.affine_select(dst=where10_blk[0:128, 1056:1408], pattern=[[-1, 352]], offset=10 * 128 + 0 * 128 - (0 * 1408 + 3 * 352), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t20[0:128, 0:352], on_false_value=-30000.0)
+            exp21 = nl.ndarray((128, 1408), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t21 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t21[0:128, 0:1], data=where10_blk[0:128, 0:1408], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp21[0:128, 0:1408], reduce_res=sum10_blk[0:128, 0:1], data=where10_blk[0:128, 0:1408], bias=t21[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(2):
+                tp15 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp15[0:128, 0:128], data=exp21[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp15[0:128, 128:256], data=exp21[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp15[0:128, 256:384], data=exp21[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp15[0:128, 384:512], data=exp21[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp20_T[0:128, nl.ds(i_q * 512, 512)], src=tp15, engine=nisa.engine.scalar)
+            tp16 = nl.ndarray((128, 384), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp16[0:128, 0:128], data=exp21[0:128, 1024:1152])
+            nisa.nc_transpose(dst=tp16[0:128, 128:256], data=exp21[0:128, 1152:1280])
+            nisa.nc_transpose(dst=tp16[0:128, 256:384], data=exp21[0:128, 1280:1408])
+            nisa.tensor_copy(dst=exp20_T[0:128, 1024:1408], src=tp16, engine=nisa.engine.vector)
+            o10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc28 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(11):
+                nisa.nc_matmul(dst=acc28[0:128, 0:128], stationary=exp20_T[0:128, nl.ds(i_kt * 128, 128)], moving=w21[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o10[0:128, 0:128], data=acc28[0:128, 0:128], operand0=sum10_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1280:1408, 0:128], src=o10[0:128, 0:128])
+    # rows 1408:1536 see t columns 0:1536 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w22 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(12):
+            nisa.dma_transpose(dst=w22[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w23 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(12):
+            nisa.dma_copy(dst=w23[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where11_blk = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+            sum11_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp22_T = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+            lhsT11 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT11[0:128, 0:128], src=q[i_b0, i_b1, 1408:1536, 0:128])
+            for i_nt in nl.affine_range(2):
+                acc29 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc29[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, nl.ds(i_nt * 512, 512)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where11_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc29[0:128, 0:512], engine=nisa.engine.vector)
+            acc30 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc30[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, 1024:1536])
+            # where: 2 instruction(s), proved
+            t22 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t22[0:128, 0:512], data=acc30[0:128, 0:512], op=nl.copy)
+            nisa.affine_select(dst=where11_blk[0:128, 1024:1536], pattern=[[-1, 512]], offset=11 * 128 + 0 * 128 - (0 * 1536 + 2 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t22[0:128, 0:512], on_false_value=-30000.0)
+            exp23 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t23 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t23[0:128, 0:1], data=where11_blk[0:128, 0:1536], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp23[0:128, 0:1536], reduce_res=sum11_blk[0:128, 0:1], data=where11_blk[0:128, 0:1536], bias=t23[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(3):
+                tp17 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp17[0:128, 0:128], data=exp23[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp17[0:128, 128:256], data=exp23[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp17[0:128, 256:384], data=exp23[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp17[0:128, 384:512], data=exp23[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp22_T[0:128, nl.ds(i_q * 512, 512)], src=tp17, engine=nisa.engine.scalar)
+            o11 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc31 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(12):
+                nisa.nc_matmul(dst=acc31[0:128, 0:128], stationary=exp22_T[0:128, nl.ds(i_kt * 128, 128)], moving=w23[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o11[0:128, 0:128], data=acc31[0:128, 0:128], operand0=sum11_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1408:1536, 0:128], src=o11[0:128, 0:128])
+    # rows 1536:1664 see t columns 0:1664 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w24 = nl.ndarray((128, 1664), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(13):
+            nisa.dma_transpose(dst=w24[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w25 = nl.ndarray((128, 1664), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(13):
+            nisa.dma_copy(dst=w25[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where12_blk = nl.ndarray((128, 1664), dtype=DT, buffer=nl.sbuf)
+            sum12_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp24_T = nl.ndarray((128, 1664), dtype=DT, buffer=nl.sbuf)
+            lhsT12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT12[0:128, 0:128], src=q[i_b0, i_b1, 1536:1664, 0:128])
+            for i_nt in nl.affine_range(3):
+                acc32 = nl.ndarray((128, 416), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc32[0:128, 0:416], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, nl.ds(i_nt * 416, 416)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where12_blk[0:128, nl.ds(i_nt * 416, 416)], src=acc32[0:128, 0:416], engine=nisa.engine.vector)
+            acc33 = nl.ndarray((128, 416), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc33[0:128, 0:416], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, 1248:1664])
+            # where: 2 instruction(s), proved
+            t24 = nl.ndarray((128, 416), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t24[0:128, 0:416], data=acc33[0:128, 0:416], op=nl.copy)
+            nisa.affine_select(dst=where12_blk[0:128, 1248:1664], pattern=[[-1, 416]], offset=12 * 128 + 0 * 128 - (0 * 1664 + 3 * 416), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t24[0:128, 0:416], on_false_value=-30000.0)
+            exp25 = nl.ndarray((128, 1664), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t25 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t25[0:128, 0:1], data=where12_blk[0:128, 0:1664], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp25[0:128, 0:1664], reduce_res=sum12_blk[0:128, 0:1], data=where12_blk[0:128, 0:1664], bias=t25[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(3):
+                tp18 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp18[0:128, 0:128], data=exp25[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp18[0:128, 128:256], data=exp25[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp18[0:128, 256:384], data=exp25[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp18[0:128, 384:512], data=exp25[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp24_T[0:128, nl.ds(i_q * 512, 512)], src=tp18, engine=nisa.engine.scalar)
+            tp19 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp19[0:128, 0:128], data=exp25[0:128, 1536:1664])
+            nisa.tensor_copy(dst=exp24_T[0:128, 1536:1664], src=tp19, engine=nisa.engine.vector)
+            o12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc34 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(13):
+                nisa.nc_matmul(dst=acc34[0:128, 0:128], stationary=exp24_T[0:128, nl.ds(i_kt * 128, 128)], moving=w25[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o12[0:128, 0:128], data=acc34[0:128, 0:128], operand0=sum12_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1536:1664, 0:128], src=o12[0:128, 0:128])
+    # rows 1664:1792 see t columns 0:1792 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w26 = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(14):
+            nisa.dma_transpose(dst=w26[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w27 = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(14):
+            nisa.dma_copy(dst=w27[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where13_blk = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
+            sum13_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp26_T = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
+            lhsT13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT13[0:128, 0:128], src=q[i_b0, i_b1, 1664:1792, 0:128])
+            for i_nt in nl.affine_range(3):
+                acc35 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc35[0:128, 0:448], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, nl.ds(i_nt * 448, 448)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where13_blk[0:128, nl.ds(i_nt * 448, 448)], src=acc35[0:128, 0:448], engine=nisa.engine.vector)
+            acc36 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc36[0:128, 0:448], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, 1344:1792])
+            # where: 2 instruction(s), proved
+            t26 = nl.ndarray((128, 448), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t26[0:128, 0:448], data=acc36[0:128, 0:448], op=nl.copy)
+            nisa.affine_select(dst=where13_blk[0:128, 1344:1792], pattern=[[-1, 448]], offset=13 * 128 + 0 * 128 - (0 * 1792 + 3 * 448), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t26[0:128, 0:448], on_false_value=-30000.0)
+            exp27 = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t27 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t27[0:128, 0:1], data=where13_blk[0:128, 0:1792], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp27[0:128, 0:1792], reduce_res=sum13_blk[0:128, 0:1], data=where13_blk[0:128, 0:1792], bias=t27[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(3):
+                tp20 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp20[0:128, 0:128], data=exp27[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp20[0:128, 128:256], data=exp27[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp20[0:128, 256:384], data=exp27[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp20[0:128, 384:512], data=exp27[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp26_T[0:128, nl.ds(i_q * 512, 512)], src=tp20, engine=nisa.engine.scalar)
+            tp21 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp21[0:128, 0:128], data=exp27[0:128, 1536:1664])
+            nisa.nc_transpose(dst=tp21[0:128, 128:256], data=exp27[0:128, 1664:1792])
+            nisa.tensor_copy(dst=exp26_T[0:128, 1536:1792], src=tp21, engine=nisa.engine.vector)
+            o13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc37 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(14):
+                nisa.nc_matmul(dst=acc37[0:128, 0:128], stationary=exp26_T[0:128, nl.ds(i_kt * 128, 128)], moving=w27[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o13[0:128, 0:128], data=acc37[0:128, 0:128], operand0=sum13_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1664:1792, 0:128], src=o13[0:128, 0:128])
+    # rows 1792:1920 see t columns 0:1920 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w28 = nl.ndarray((128, 1920), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(15):
+            nisa.dma_transpose(dst=w28[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w29 = nl.ndarray((128, 1920), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(15):
+            nisa.dma_copy(dst=w29[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where14_blk = nl.ndarray((128, 1920), dtype=DT, buffer=nl.sbuf)
+            sum14_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp28_T = nl.ndarray((128, 1920), dtype=DT, buffer=nl.sbuf)
+            lhsT14 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT14[0:128, 0:128], src=q[i_b0, i_b1, 1792:1920, 0:128])
+            for i_nt in nl.affine_range(3):
+                acc38 = nl.ndarray((128, 480), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc38[0:128, 0:480], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, nl.ds(i_nt * 480, 480)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where14_blk[0:128, nl.ds(i_nt * 480, 480)], src=acc38[0:128, 0:480], engine=nisa.engine.vector)
+            acc39 = nl.ndarray((128, 480), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc39[0:128, 0:480], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, 1440:1920])
+            # where: 2 instruction(s), proved
+            t28 = nl.ndarray((128, 480), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t28[0:128, 0:480], data=acc39[0:128, 0:480], op=nl.copy)
+            nisa.affine_select(dst=where14_blk[0:128, 1440:1920], pattern=[[-1, 480]], offset=14 * 128 + 0 * 128 - (0 * 1920 + 3 * 480), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t28[0:128, 0:480], on_false_value=-30000.0)
+            exp29 = nl.ndarray((128, 1920), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t29 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t29[0:128, 0:1], data=where14_blk[0:128, 0:1920], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp29[0:128, 0:1920], reduce_res=sum14_blk[0:128, 0:1], data=where14_blk[0:128, 0:1920], bias=t29[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(3):
+                tp22 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp22[0:128, 0:128], data=exp29[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp22[0:128, 128:256], data=exp29[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp22[0:128, 256:384], data=exp29[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp22[0:128, 384:512], data=exp29[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp28_T[0:128, nl.ds(i_q * 512, 512)], src=tp22, engine=nisa.engine.scalar)
+            tp23 = nl.ndarray((128, 384), dtype=DT, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp23[0:128, 0:128], data=exp29[0:128, 1536:1664])
+            nisa.nc_transpose(dst=tp23[0:128, 128:256], data=exp29[0:128, 1664:1792])
+            nisa.nc_transpose(dst=tp23[0:128, 256:384], data=exp29[0:128, 1792:1920])
+            nisa.tensor_copy(dst=exp28_T[0:128, 1536:1920], src=tp23, engine=nisa.engine.vector)
+            o14 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc40 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(15):
+                nisa.nc_matmul(dst=acc40[0:128, 0:128], stationary=exp28_T[0:128, nl.ds(i_kt * 128, 128)], moving=w29[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o14[0:128, 0:128], data=acc40[0:128, 0:128], operand0=sum14_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1792:1920, 0:128], src=o14[0:128, 0:128])
+    # rows 1920:2048 see t columns 0:2048 of 2048: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w30 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(16):
+            nisa.dma_transpose(dst=w30[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w31 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(16):
+            nisa.dma_copy(dst=w31[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(4):
+            where15_blk = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+            sum15_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            exp30_T = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+            lhsT15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=lhsT15[0:128, 0:128], src=q[i_b0, i_b1, 1920:2048, 0:128])
+            for i_nt in nl.affine_range(3):
+                acc41 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc41[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, nl.ds(i_nt * 512, 512)])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where15_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc41[0:128, 0:512], engine=nisa.engine.vector)
+            acc42 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc42[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, 1536:2048])
+            # where: 2 instruction(s), proved
+            t30 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+            nisa.activation(dst=t30[0:128, 0:512], data=acc42[0:128, 0:512], op=nl.copy)
+            nisa.affine_select(dst=where15_blk[0:128, 1536:2048], pattern=[[-1, 512]], offset=15 * 128 + 0 * 128 - (0 * 2048 + 3 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t30[0:128, 0:512], on_false_value=-30000.0)
+            exp31 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+            # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+            t31 = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=t31[0:128, 0:1], data=where15_blk[0:128, 0:2048], op=nl.maximum, negate=True, axis=1)
+            nisa.activation_reduce(dst=exp31[0:128, 0:2048], reduce_res=sum15_blk[0:128, 0:1], data=where15_blk[0:128, 0:2048], bias=t31[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+            for i_q in nl.affine_range(4):
+                tp24 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp24[0:128, 0:128], data=exp31[0:128, nl.ds(i_q * 512, 128)])
+                nisa.nc_transpose(dst=tp24[0:128, 128:256], data=exp31[0:128, nl.ds(i_q * 512 + 128, 128)])
+                nisa.nc_transpose(dst=tp24[0:128, 256:384], data=exp31[0:128, nl.ds(i_q * 512 + 256, 128)])
+                nisa.nc_transpose(dst=tp24[0:128, 384:512], data=exp31[0:128, nl.ds(i_q * 512 + 384, 128)])
+                nisa.tensor_copy(dst=exp30_T[0:128, nl.ds(i_q * 512, 512)], src=tp24, engine=nisa.engine.scalar)
+            o15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+            acc43 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for i_kt in nl.affine_range(16):
+                nisa.nc_matmul(dst=acc43[0:128, 0:128], stationary=exp30_T[0:128, nl.ds(i_kt * 128, 128)], moving=w31[0:128, nl.ds(i_kt * 128, 128)])
+            # div: 1 instruction(s), proved
+            nisa.tensor_scalar(dst=o15[0:128, 0:128], data=acc43[0:128, 0:128], operand0=sum15_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i_b0, i_b1, 1920:2048, 0:128], src=o15[0:128, 0:128])
     return out

@@ -45,17 +45,17 @@ def layernorm(x, g, b):
         x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_rb * 128, 128), 0:4096])
         add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-        # sum, div, sub, mul, mul, sum, div, add, sqrt, div, add: 8 instruction(s), proved; fused activation+activation_reduce->activation_reduce
+        # sum, div, sub, mul, mul, sum, div, add, sqrt, div, add: 8 instruction(s), proved; fused activation_reduce+tensor_scalar->tensor_scalar_reduce, activation+activation_reduce->activation_reduce, tensor_scalar+activation->tensor_scalar
         t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
         t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.copy, reduce_op=nl.add)
-        nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, op0=nl.divide)
+        nisa.tensor_scalar_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], operand0=4096.0, op0=nl.divide, reduce_op=nl.add)
         nisa.tensor_scalar(dst=t[0:128, 0:4096], data=x_t[0:128, 0:4096], operand0=t1[0:128, 0:1], op0=nl.subtract)
         t2 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=t2[0:128, 0:4096], data1=t[0:128, 0:4096], data2=g_rows[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
         nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
-        nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, op0=nl.divide)
-        nisa.activation(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], bias=1e-06, op=nl.sqrt)
-        nisa.scalar_tensor_tensor(dst=add1[0:128, 0:4096], data=t2[0:128, 0:4096], operand0=t1[0:128, 0:1], operand1=b_rows[0:128, 0:4096], op0=nl.divide, op1=nl.add)
+        nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, operand1=1e-06, op0=nl.divide, op1=nl.add)
+        nisa.activation(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], op=nl.sqrt)
+        nisa.tensor_scalar(dst=t[0:128, 0:4096], data=t2[0:128, 0:4096], operand0=t1[0:128, 0:1], op0=nl.divide)
+        nisa.tensor_tensor(dst=add1[0:128, 0:4096], data1=t[0:128, 0:4096], data2=b_rows[0:128, 0:4096], op=nl.add, engine=nisa.engine.gpsimd)
         nisa.dma_copy(dst=out[nl.ds(i_rb * 128, 128), 0:4096], src=add1[0:128, 0:4096])
     return out

@@ -82,6 +82,6 @@ def swiglu_mlp(x, w_gate_up, w_down):
                     acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                     for i_kt in nl.affine_range(32):
                         nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, nl.ds(i_r * 4096 + i_kt * 128, 128)], moving=w2[0:128, nl.ds(i_kt * 1024 + i_nt * 512, 512)])
-                    nisa.tensor_copy(dst=o1[0:128, nl.ds(i_nt * 512, 512)], src=acc2[0:128, 0:512], engine=nisa.engine.scalar)
+                    nisa.tensor_copy(dst=o1[0:128, nl.ds(i_nt * 512, 512)], src=acc2[0:128, 0:512], engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_nb * 1024, 1024)], src=o1[0:128, 0:1024])
     return out
