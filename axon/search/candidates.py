@@ -161,9 +161,20 @@ def _stationary_options(world: RowWorld, target) -> list[str]:
 
 
 def _walk_stationary(target) -> str:
-    """An online-softmax walk loads its keys again per chunk or per kv head: transposed by the DMA
-    engine where the target can, so the Tensor Engine keeps to the walk's two matmuls."""
+    """An online-softmax walk loads its keys again per chunk or per kv head, and a causal pass
+    per run of row blocks: transposed by the DMA engine where the target can, so the Tensor
+    Engine keeps to the two matmuls and the Vector and Scalar Engines to the softmax."""
     return "dma" if getattr(target, "dma_transpose", False) else "pe"
+
+
+def _rereads_keys(world: RowWorld, gs, combo, sizes) -> bool:
+    """Whether a combo's kernel loads its keys again and again: an online walk, or a causal pass
+    (tiling.positions.masked_prefix), whose runs of row blocks each load the keys they see."""
+    if any(t.kv_chunk for t in combo):
+        return True
+    read_by = lambda g: {x for m in g.nodes for x in m.inputs}
+    return any(masked_prefix(world, g, sizes, set(g.nodes) & set().union(*(read_by(o) for o in gs if o is not g)))
+               is not None for g in gs)
 
 
 def check_lowerable(world: RowWorld, lowerer) -> None:
@@ -238,7 +249,7 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                 # causal pass's row blocks) must not put every "pe" kernel before the first "dma"
                 plain, walk_way = _stationary_options(world, target), _walk_stationary(target)
                 for combo in combos:
-                    layouts = [walk_way] if any(t.kv_chunk for t in combo) else plain
+                    layouts = [walk_way] if _rereads_keys(world, gs, combo, wsizes) else plain
                     for alt in range(1 + _max_alternatives(lowerer)):
                         fresh = {(stationary, precision): _candidate(
                                      name, target, world, wsizes, dtype, lowerer, counts, seen,

@@ -104,13 +104,25 @@ def test_a_combos_stationary_layouts_come_together():
     """The static traffic estimate ties a kernel whose operands the DMA engine transposes with the
     one whose operands the Tensor Engine transposes, and ranking keeps the candidates' order among
     ties: each tiling's "pe" and "dma" kernels are next to each other, so a tie of many tilings
-    (a causal pass's row blocks) cannot rank every "pe" kernel before the first "dma" one."""
+    cannot rank every "pe" kernel before the first "dma" one."""
     import itertools
 
-    sizes = {"kv": 1, "g": 2, "s": 512, "t": 512, "d": 64}
-    cands, _ = _candidates("causal_gqa", sizes)
+    cands, _ = _candidates("gqa", {"kv": 2, "g": 2, "s": 256, "t": 512, "d": 64})
     same_combo = lambda c: (c.variant, c.fusion, c.options.engines, c.options.fold, c.options.packed,
                             tuple(p.tiling for p in c.passes))
     runs = [list(run) for _, run in itertools.groupby(cands, key=same_combo)]
-    assert len(runs) > 4
-    assert all({c.options.stationary for c in run} == {"pe", "dma"} for run in runs)
+    plain = [run for run in runs if not any(p.tiling.kv_chunk for p in run[0].passes)]
+    assert len(plain) > 4
+    assert all({c.options.stationary for c in run} == {"pe", "dma"} for run in plain)
+
+
+def test_a_causal_pass_takes_its_keys_through_dma_where_the_target_can():
+    """Each run of a causal pass's row blocks loads the keys it sees again: on trn2 they come
+    through DMA transposes (no Tensor Engine transposes of them, no PSUM copies), as an online
+    walk's do; trn1 has no DMA transpose and keeps the Tensor Engine's."""
+    sizes = {"kv": 1, "g": 2, "s": 512, "t": 512, "d": 64}
+    for target, layout in ((TRN2, "dma"), (TrainiumTarget("trn1"), "pe")):
+        cands, _ = _candidates("causal_gqa", sizes, target)
+        causal = [c for c in cands if "the masked tiles beyond are skipped" in c.source]
+        assert causal and {c.options.stationary for c in causal} == {layout}
+        assert all(("nisa.dma_transpose(" in c.source) == (layout == "dma") for c in causal)
