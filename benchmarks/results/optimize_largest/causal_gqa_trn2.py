@@ -3,7 +3,7 @@
 sizes:    kv=8, g=8, s=8192, t=8192, d=128
 rewrites: propagate matmul (operand 0) into div: degree 1 onto operand 0 (each proved for all sizes)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
+layout:   stationary operands transposed by dma
 pass 1:   matmul, where, max, sub, exp, matmul, sum, div; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved), where (synthesis, proved)
 checked:  on s rows 0:128, 2048:2176, 4096:4224, 6016:6144, 8064:8192 of 8192 (5 of 64 blocks of 128 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.0155, 0.54 of its per-element error bound
@@ -23,861 +23,1519 @@ def causal_gqa(q, k, v):
     assert v.dtype == nl.bfloat16, f"v: expected bfloat16, got {v.dtype}"
     DT = q.dtype
     out = nl.ndarray((8, 8, 8192, 128), dtype=DT, buffer=nl.shared_hbm)
-    # rows 0:512 see t columns 0:512 of 8192: the masked tiles beyond are skipped
+    # rows 0:256 see t columns 0:256 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(4):
-            wrows = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp[0:128, 0:128], data=wrows[0:128, 0:128])
-            nisa.tensor_copy(dst=w[0:128, nl.ds(i_j * 128, 128)], src=tp, engine=nisa.engine.scalar)
-        w1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(4):
+        w = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(2):
+            nisa.dma_transpose(dst=w[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(2):
             nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(4):
-                where_blk = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(2):
+                where_blk = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
                 sum_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp_T = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                exp_T = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
                 lhsT = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=q_t[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT[0:128, 0:128], src=tp1, engine=nisa.engine.scalar)
-                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, 0:128], moving=w[0:128, 0:512])
+                nisa.dma_transpose(dst=lhsT[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc[0:128, 0:256], stationary=lhsT[0:128, 0:128], moving=w[0:128, 0:256])
                 # where: 2 instruction(s), proved
-                t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where_blk[0:128, 0:512], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 512 + 0 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t[0:128, 0:512], on_false_value=-30000.0)
-                exp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+                t = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t[0:128, 0:256], data=acc[0:128, 0:256], op=nl.copy)
+                nisa.affine_select(dst=where_blk[0:128, 0:256], pattern=[[-1, 256]], offset=i_rb * 128 + 0 * 128 - (0 * 256 + 0 * 256), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t[0:128, 0:256], on_false_value=-30000.0)
+                exp1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t1[0:128, 0:1], data=where_blk[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp1[0:128, 0:512], reduce_res=sum_blk[0:128, 0:1], data=where_blk[0:128, 0:512], bias=t1[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp1[0:128, 0:128])
-                nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp1[0:128, 128:256])
-                nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp1[0:128, 256:384])
-                nisa.nc_transpose(dst=tp2[0:128, 384:512], data=exp1[0:128, 384:512])
-                nisa.tensor_copy(dst=exp_T[0:128, 0:512], src=tp2, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t1[0:128, 0:1], data=where_blk[0:128, 0:256], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp1[0:128, 0:256], reduce_res=sum_blk[0:128, 0:1], data=where_blk[0:128, 0:256], bias=t1[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                tp = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp[0:128, 0:128], data=exp1[0:128, 0:128])
+                nisa.nc_transpose(dst=tp[0:128, 128:256], data=exp1[0:128, 128:256])
+                nisa.tensor_copy(dst=exp_T[0:128, 0:256], src=tp, engine=nisa.engine.vector)
                 o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
                 acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(4):
+                for i_kt in nl.affine_range(2):
                     nisa.nc_matmul(dst=acc1[0:128, 0:128], stationary=exp_T[0:128, nl.ds(i_kt * 128, 128)], moving=w1[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
                 nisa.tensor_scalar(dst=o[0:128, 0:128], data=acc1[0:128, 0:128], operand0=sum_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o[0:128, 0:128])
-    # rows 512:1024 see t columns 0:1024 of 8192: the masked tiles beyond are skipped
+    # rows 256:512 see t columns 0:512 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w2 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(8):
-            wrows1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows1[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp3[0:128, 0:128], data=wrows1[0:128, 0:128])
-            nisa.tensor_copy(dst=w2[0:128, nl.ds(i_j * 128, 128)], src=tp3, engine=nisa.engine.scalar)
-        w3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(8):
+        w2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(4):
+            nisa.dma_transpose(dst=w2[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w3 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(4):
             nisa.dma_copy(dst=w3[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(4, 8):
-                where1_blk = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(2, 4):
+                where1_blk = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
                 sum1_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp2_T = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+                exp2_T = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 lhsT1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t1[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp4[0:128, 0:128], data=q_t1[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT1[0:128, 0:128], src=tp4, engine=nisa.engine.scalar)
+                nisa.dma_transpose(dst=lhsT1[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
                 acc2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=acc2[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 0:512])
-                # where: the mask keeps every position of these tiles
-                nisa.tensor_copy(dst=where1_blk[0:128, 0:512], src=acc2[0:128, 0:512], engine=nisa.engine.scalar)
-                acc3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc3[0:128, 0:512], stationary=lhsT1[0:128, 0:128], moving=w2[0:128, 512:1024])
                 # where: 2 instruction(s), proved
                 t2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t2[0:128, 0:512], data=acc3[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where1_blk[0:128, 512:1024], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + 1 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:512], on_false_value=-30000.0)
-                exp3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t2[0:128, 0:512], data=acc2[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where1_blk[0:128, 0:512], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 512 + 0 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t2[0:128, 0:512], on_false_value=-30000.0)
+                exp3 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t3 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t3[0:128, 0:1], data=where1_blk[0:128, 0:1024], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp3[0:128, 0:1024], reduce_res=sum1_blk[0:128, 0:1], data=where1_blk[0:128, 0:1024], bias=t3[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(2):
-                    tp5 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp5[0:128, 0:128], data=exp3[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp5[0:128, 128:256], data=exp3[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp5[0:128, 256:384], data=exp3[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp5[0:128, 384:512], data=exp3[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp2_T[0:128, nl.ds(i_q * 512, 512)], src=tp5, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t3[0:128, 0:1], data=where1_blk[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp3[0:128, 0:512], reduce_res=sum1_blk[0:128, 0:1], data=where1_blk[0:128, 0:512], bias=t3[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=exp3[0:128, 0:128])
+                nisa.nc_transpose(dst=tp1[0:128, 128:256], data=exp3[0:128, 128:256])
+                nisa.nc_transpose(dst=tp1[0:128, 256:384], data=exp3[0:128, 256:384])
+                nisa.nc_transpose(dst=tp1[0:128, 384:512], data=exp3[0:128, 384:512])
+                nisa.tensor_copy(dst=exp2_T[0:128, 0:512], src=tp1, engine=nisa.engine.vector)
                 o1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc4 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(8):
-                    nisa.nc_matmul(dst=acc4[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
+                acc3 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(4):
+                    nisa.nc_matmul(dst=acc3[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc4[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o1[0:128, 0:128], data=acc3[0:128, 0:128], operand0=sum1_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o1[0:128, 0:128])
-    # rows 1024:1536 see t columns 0:1536 of 8192: the masked tiles beyond are skipped
+    # rows 512:768 see t columns 0:768 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w4 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(12):
-            wrows2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows2[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp6[0:128, 0:128], data=wrows2[0:128, 0:128])
-            nisa.tensor_copy(dst=w4[0:128, nl.ds(i_j * 128, 128)], src=tp6, engine=nisa.engine.scalar)
-        w5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(12):
+        w4 = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(6):
+            nisa.dma_transpose(dst=w4[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w5 = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(6):
             nisa.dma_copy(dst=w5[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(8, 12):
-                where2_blk = nl.ndarray((128, 1536), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(4, 6):
+                where2_blk = nl.ndarray((128, 768), dtype=nl.float32, buffer=nl.sbuf)
                 sum2_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp4_T = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+                exp4_T = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
                 lhsT2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t2[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp7[0:128, 0:128], data=q_t2[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT2[0:128, 0:128], src=tp7, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(2):
-                    acc5 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc5[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where2_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc5[0:128, 0:512], engine=nisa.engine.scalar)
-                acc6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc6[0:128, 0:512], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, 1024:1536])
+                nisa.dma_transpose(dst=lhsT2[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                acc4 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc4[0:128, 0:384], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, 0:384])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where2_blk[0:128, 0:384], src=acc4[0:128, 0:384], engine=nisa.engine.vector)
+                acc5 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc5[0:128, 0:384], stationary=lhsT2[0:128, 0:128], moving=w4[0:128, 384:768])
                 # where: 2 instruction(s), proved
-                t4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t4[0:128, 0:512], data=acc6[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where2_blk[0:128, 1024:1536], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + 2 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:512], on_false_value=-30000.0)
-                exp5 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+                t4 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t4[0:128, 0:384], data=acc5[0:128, 0:384], op=nl.copy)
+                nisa.affine_select(dst=where2_blk[0:128, 384:768], pattern=[[-1, 384]], offset=i_rb * 128 + 0 * 128 - (0 * 768 + 1 * 384), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t4[0:128, 0:384], on_false_value=-30000.0)
+                exp5 = nl.ndarray((128, 768), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t5 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t5[0:128, 0:1], data=where2_blk[0:128, 0:1536], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp5[0:128, 0:1536], reduce_res=sum2_blk[0:128, 0:1], data=where2_blk[0:128, 0:1536], bias=t5[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(3):
-                    tp8 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp8[0:128, 0:128], data=exp5[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp8[0:128, 128:256], data=exp5[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp8[0:128, 256:384], data=exp5[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp8[0:128, 384:512], data=exp5[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp4_T[0:128, nl.ds(i_q * 512, 512)], src=tp8, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t5[0:128, 0:1], data=where2_blk[0:128, 0:768], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp5[0:128, 0:768], reduce_res=sum2_blk[0:128, 0:1], data=where2_blk[0:128, 0:768], bias=t5[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp5[0:128, 0:128])
+                nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp5[0:128, 128:256])
+                nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp5[0:128, 256:384])
+                nisa.nc_transpose(dst=tp2[0:128, 384:512], data=exp5[0:128, 384:512])
+                nisa.tensor_copy(dst=exp4_T[0:128, 0:512], src=tp2, engine=nisa.engine.scalar)
+                tp3 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp3[0:128, 0:128], data=exp5[0:128, 512:640])
+                nisa.nc_transpose(dst=tp3[0:128, 128:256], data=exp5[0:128, 640:768])
+                nisa.tensor_copy(dst=exp4_T[0:128, 512:768], src=tp3, engine=nisa.engine.vector)
                 o2 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc7 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(12):
-                    nisa.nc_matmul(dst=acc7[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
+                acc6 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(6):
+                    nisa.nc_matmul(dst=acc6[0:128, 0:128], stationary=exp4_T[0:128, nl.ds(i_kt * 128, 128)], moving=w5[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc7[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o2[0:128, 0:128], data=acc6[0:128, 0:128], operand0=sum2_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o2[0:128, 0:128])
-    # rows 1536:2048 see t columns 0:2048 of 8192: the masked tiles beyond are skipped
+    # rows 768:1024 see t columns 0:1024 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w6 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(16):
-            wrows3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows3[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp9[0:128, 0:128], data=wrows3[0:128, 0:128])
-            nisa.tensor_copy(dst=w6[0:128, nl.ds(i_j * 128, 128)], src=tp9, engine=nisa.engine.scalar)
-        w7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(16):
+        w6 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(8):
+            nisa.dma_transpose(dst=w6[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w7 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(8):
             nisa.dma_copy(dst=w7[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(12, 16):
-                where3_blk = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(6, 8):
+                where3_blk = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
                 sum3_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp6_T = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+                exp6_T = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 lhsT3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t3[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp10[0:128, 0:128], data=q_t3[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT3[0:128, 0:128], src=tp10, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(3):
-                    acc8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc8[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, nl.ds(i_nt * 512, 512)])
-                    # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where3_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc8[0:128, 0:512], engine=nisa.engine.scalar)
-                acc9 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc9[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, 1536:2048])
+                nisa.dma_transpose(dst=lhsT3[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                acc7 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc7[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, 0:512])
+                # where: the mask keeps every position of these tiles
+                nisa.tensor_copy(dst=where3_blk[0:128, 0:512], src=acc7[0:128, 0:512], engine=nisa.engine.vector)
+                acc8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc8[0:128, 0:512], stationary=lhsT3[0:128, 0:128], moving=w6[0:128, 512:1024])
                 # where: 2 instruction(s), proved
                 t6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t6[0:128, 0:512], data=acc9[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where3_blk[0:128, 1536:2048], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + 3 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
-                exp7 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t6[0:128, 0:512], data=acc8[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where3_blk[0:128, 512:1024], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1024 + 1 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t6[0:128, 0:512], on_false_value=-30000.0)
+                exp7 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t7 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t7[0:128, 0:1], data=where3_blk[0:128, 0:2048], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp7[0:128, 0:2048], reduce_res=sum3_blk[0:128, 0:1], data=where3_blk[0:128, 0:2048], bias=t7[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(4):
-                    tp11 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp11[0:128, 0:128], data=exp7[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp11[0:128, 128:256], data=exp7[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp11[0:128, 256:384], data=exp7[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp11[0:128, 384:512], data=exp7[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp6_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t7[0:128, 0:1], data=where3_blk[0:128, 0:1024], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp7[0:128, 0:1024], reduce_res=sum3_blk[0:128, 0:1], data=where3_blk[0:128, 0:1024], bias=t7[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(2):
+                    tp4 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp4[0:128, 0:128], data=exp7[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp4[0:128, 128:256], data=exp7[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp4[0:128, 256:384], data=exp7[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp4[0:128, 384:512], data=exp7[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp6_T[0:128, nl.ds(i_q * 512, 512)], src=tp4, engine=nisa.engine.scalar)
                 o3 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc10 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(16):
-                    nisa.nc_matmul(dst=acc10[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
+                acc9 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(8):
+                    nisa.nc_matmul(dst=acc9[0:128, 0:128], stationary=exp6_T[0:128, nl.ds(i_kt * 128, 128)], moving=w7[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc10[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o3[0:128, 0:128], data=acc9[0:128, 0:128], operand0=sum3_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o3[0:128, 0:128])
-    # rows 2048:2560 see t columns 0:2560 of 8192: the masked tiles beyond are skipped
+    # rows 1024:1280 see t columns 0:1280 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w8 = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(20):
-            wrows4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows4[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp12[0:128, 0:128], data=wrows4[0:128, 0:128])
-            nisa.tensor_copy(dst=w8[0:128, nl.ds(i_j * 128, 128)], src=tp12, engine=nisa.engine.vector)
-        w9 = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(20):
+        w8 = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(10):
+            nisa.dma_transpose(dst=w8[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w9 = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(10):
             nisa.dma_copy(dst=w9[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(16, 20):
-                where4_blk = nl.ndarray((128, 2560), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(8, 10):
+                where4_blk = nl.ndarray((128, 1280), dtype=nl.float32, buffer=nl.sbuf)
                 sum4_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp8_T = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
+                exp8_T = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
                 lhsT4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t4[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp13[0:128, 0:128], data=q_t4[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT4[0:128, 0:128], src=tp13, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(4):
-                    acc11 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc11[0:128, 0:512], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT4[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(3):
+                    acc10 = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc10[0:128, 0:320], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, nl.ds(i_nt * 320, 320)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where4_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc11[0:128, 0:512], engine=nisa.engine.scalar)
-                acc12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc12[0:128, 0:512], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, 2048:2560])
+                    nisa.tensor_copy(dst=where4_blk[0:128, nl.ds(i_nt * 320, 320)], src=acc10[0:128, 0:320], engine=nisa.engine.scalar)
+                acc11 = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc11[0:128, 0:320], stationary=lhsT4[0:128, 0:128], moving=w8[0:128, 960:1280])
                 # where: 2 instruction(s), proved
-                t8 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t8[0:128, 0:512], data=acc12[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where4_blk[0:128, 2048:2560], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2560 + 4 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t8[0:128, 0:512], on_false_value=-30000.0)
-                exp9 = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
+                t8 = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t8[0:128, 0:320], data=acc11[0:128, 0:320], op=nl.copy)
+                nisa.affine_select(dst=where4_blk[0:128, 960:1280], pattern=[[-1, 320]], offset=i_rb * 128 + 0 * 128 - (0 * 1280 + 3 * 320), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t8[0:128, 0:320], on_false_value=-30000.0)
+                exp9 = nl.ndarray((128, 1280), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t9 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t9[0:128, 0:1], data=where4_blk[0:128, 0:2560], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp9[0:128, 0:2560], reduce_res=sum4_blk[0:128, 0:1], data=where4_blk[0:128, 0:2560], bias=t9[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(5):
-                    tp14 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp14[0:128, 0:128], data=exp9[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp14[0:128, 128:256], data=exp9[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp14[0:128, 256:384], data=exp9[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp14[0:128, 384:512], data=exp9[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp8_T[0:128, nl.ds(i_q * 512, 512)], src=tp14, engine=nisa.engine.vector)
+                nisa.tensor_reduce(dst=t9[0:128, 0:1], data=where4_blk[0:128, 0:1280], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp9[0:128, 0:1280], reduce_res=sum4_blk[0:128, 0:1], data=where4_blk[0:128, 0:1280], bias=t9[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(2):
+                    tp5 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp5[0:128, 0:128], data=exp9[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp5[0:128, 128:256], data=exp9[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp5[0:128, 256:384], data=exp9[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp5[0:128, 384:512], data=exp9[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp8_T[0:128, nl.ds(i_q * 512, 512)], src=tp5, engine=nisa.engine.vector)
+                tp6 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp6[0:128, 0:128], data=exp9[0:128, 1024:1152])
+                nisa.nc_transpose(dst=tp6[0:128, 128:256], data=exp9[0:128, 1152:1280])
+                nisa.tensor_copy(dst=exp8_T[0:128, 1024:1280], src=tp6, engine=nisa.engine.scalar)
                 o4 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc13 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(20):
-                    nisa.nc_matmul(dst=acc13[0:128, 0:128], stationary=exp8_T[0:128, nl.ds(i_kt * 128, 128)], moving=w9[0:128, nl.ds(i_kt * 128, 128)])
+                acc12 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(10):
+                    nisa.nc_matmul(dst=acc12[0:128, 0:128], stationary=exp8_T[0:128, nl.ds(i_kt * 128, 128)], moving=w9[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o4[0:128, 0:128], data=acc13[0:128, 0:128], operand0=sum4_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o4[0:128, 0:128], data=acc12[0:128, 0:128], operand0=sum4_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o4[0:128, 0:128])
-    # rows 2560:3072 see t columns 0:3072 of 8192: the masked tiles beyond are skipped
+    # rows 1280:1536 see t columns 0:1536 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w10 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(24):
-            wrows5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows5[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp15[0:128, 0:128], data=wrows5[0:128, 0:128])
-            nisa.tensor_copy(dst=w10[0:128, nl.ds(i_j * 128, 128)], src=tp15, engine=nisa.engine.scalar)
-        w11 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(24):
+        w10 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(12):
+            nisa.dma_transpose(dst=w10[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w11 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(12):
             nisa.dma_copy(dst=w11[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(20, 24):
-                where5_blk = nl.ndarray((128, 3072), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(10, 12):
+                where5_blk = nl.ndarray((128, 1536), dtype=nl.float32, buffer=nl.sbuf)
                 sum5_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp10_T = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
+                exp10_T = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
                 lhsT5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t5[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp16 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp16[0:128, 0:128], data=q_t5[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT5[0:128, 0:128], src=tp16, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(5):
-                    acc14 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc14[0:128, 0:512], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT5[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(2):
+                    acc13 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc13[0:128, 0:512], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, nl.ds(i_nt * 512, 512)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where5_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc14[0:128, 0:512], engine=nisa.engine.scalar)
-                acc15 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc15[0:128, 0:512], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, 2560:3072])
+                    nisa.tensor_copy(dst=where5_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc13[0:128, 0:512], engine=nisa.engine.scalar)
+                acc14 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc14[0:128, 0:512], stationary=lhsT5[0:128, 0:128], moving=w10[0:128, 1024:1536])
                 # where: 2 instruction(s), proved
                 t10 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t10[0:128, 0:512], data=acc15[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where5_blk[0:128, 2560:3072], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3072 + 5 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t10[0:128, 0:512], on_false_value=-30000.0)
-                exp11 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t10[0:128, 0:512], data=acc14[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where5_blk[0:128, 1024:1536], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 1536 + 2 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t10[0:128, 0:512], on_false_value=-30000.0)
+                exp11 = nl.ndarray((128, 1536), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t11 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t11[0:128, 0:1], data=where5_blk[0:128, 0:3072], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp11[0:128, 0:3072], reduce_res=sum5_blk[0:128, 0:1], data=where5_blk[0:128, 0:3072], bias=t11[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(6):
-                    tp17 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp17[0:128, 0:128], data=exp11[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp17[0:128, 128:256], data=exp11[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp17[0:128, 256:384], data=exp11[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp17[0:128, 384:512], data=exp11[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp10_T[0:128, nl.ds(i_q * 512, 512)], src=tp17, engine=nisa.engine.vector)
+                nisa.tensor_reduce(dst=t11[0:128, 0:1], data=where5_blk[0:128, 0:1536], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp11[0:128, 0:1536], reduce_res=sum5_blk[0:128, 0:1], data=where5_blk[0:128, 0:1536], bias=t11[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(3):
+                    tp7 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp7[0:128, 0:128], data=exp11[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp7[0:128, 128:256], data=exp11[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp7[0:128, 256:384], data=exp11[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp7[0:128, 384:512], data=exp11[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp10_T[0:128, nl.ds(i_q * 512, 512)], src=tp7, engine=nisa.engine.vector)
                 o5 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc16 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(24):
-                    nisa.nc_matmul(dst=acc16[0:128, 0:128], stationary=exp10_T[0:128, nl.ds(i_kt * 128, 128)], moving=w11[0:128, nl.ds(i_kt * 128, 128)])
+                acc15 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(12):
+                    nisa.nc_matmul(dst=acc15[0:128, 0:128], stationary=exp10_T[0:128, nl.ds(i_kt * 128, 128)], moving=w11[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o5[0:128, 0:128], data=acc16[0:128, 0:128], operand0=sum5_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o5[0:128, 0:128], data=acc15[0:128, 0:128], operand0=sum5_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o5[0:128, 0:128])
-    # rows 3072:3584 see t columns 0:3584 of 8192: the masked tiles beyond are skipped
+    # rows 1536:1792 see t columns 0:1792 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w12 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(28):
-            wrows6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows6[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp18 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp18[0:128, 0:128], data=wrows6[0:128, 0:128])
-            nisa.tensor_copy(dst=w12[0:128, nl.ds(i_j * 128, 128)], src=tp18, engine=nisa.engine.scalar)
-        w13 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(28):
+        w12 = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(14):
+            nisa.dma_transpose(dst=w12[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w13 = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(14):
             nisa.dma_copy(dst=w13[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(24, 28):
-                where6_blk = nl.ndarray((128, 3584), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(12, 14):
+                where6_blk = nl.ndarray((128, 1792), dtype=nl.float32, buffer=nl.sbuf)
                 sum6_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp12_T = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
+                exp12_T = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
                 lhsT6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t6[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp19 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp19[0:128, 0:128], data=q_t6[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT6[0:128, 0:128], src=tp19, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(6):
-                    acc17 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc17[0:128, 0:512], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT6[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(3):
+                    acc16 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc16[0:128, 0:448], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, nl.ds(i_nt * 448, 448)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where6_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc17[0:128, 0:512], engine=nisa.engine.scalar)
-                acc18 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc18[0:128, 0:512], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, 3072:3584])
+                    nisa.tensor_copy(dst=where6_blk[0:128, nl.ds(i_nt * 448, 448)], src=acc16[0:128, 0:448], engine=nisa.engine.scalar)
+                acc17 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc17[0:128, 0:448], stationary=lhsT6[0:128, 0:128], moving=w12[0:128, 1344:1792])
                 # where: 2 instruction(s), proved
-                t12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t12[0:128, 0:512], data=acc18[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where6_blk[0:128, 3072:3584], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3584 + 6 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t12[0:128, 0:512], on_false_value=-30000.0)
-                exp13 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
+                t12 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t12[0:128, 0:448], data=acc17[0:128, 0:448], op=nl.copy)
+                nisa.affine_select(dst=where6_blk[0:128, 1344:1792], pattern=[[-1, 448]], offset=i_rb * 128 + 0 * 128 - (0 * 1792 + 3 * 448), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t12[0:128, 0:448], on_false_value=-30000.0)
+                exp13 = nl.ndarray((128, 1792), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t13 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t13[0:128, 0:1], data=where6_blk[0:128, 0:3584], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp13[0:128, 0:3584], reduce_res=sum6_blk[0:128, 0:1], data=where6_blk[0:128, 0:3584], bias=t13[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(7):
-                    tp20 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp20[0:128, 0:128], data=exp13[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp20[0:128, 128:256], data=exp13[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp20[0:128, 256:384], data=exp13[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp20[0:128, 384:512], data=exp13[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp12_T[0:128, nl.ds(i_q * 512, 512)], src=tp20, engine=nisa.engine.vector)
+                nisa.tensor_reduce(dst=t13[0:128, 0:1], data=where6_blk[0:128, 0:1792], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp13[0:128, 0:1792], reduce_res=sum6_blk[0:128, 0:1], data=where6_blk[0:128, 0:1792], bias=t13[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(3):
+                    tp8 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp8[0:128, 0:128], data=exp13[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp8[0:128, 128:256], data=exp13[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp8[0:128, 256:384], data=exp13[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp8[0:128, 384:512], data=exp13[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp12_T[0:128, nl.ds(i_q * 512, 512)], src=tp8, engine=nisa.engine.vector)
+                tp9 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp9[0:128, 0:128], data=exp13[0:128, 1536:1664])
+                nisa.nc_transpose(dst=tp9[0:128, 128:256], data=exp13[0:128, 1664:1792])
+                nisa.tensor_copy(dst=exp12_T[0:128, 1536:1792], src=tp9, engine=nisa.engine.scalar)
                 o6 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc19 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(28):
-                    nisa.nc_matmul(dst=acc19[0:128, 0:128], stationary=exp12_T[0:128, nl.ds(i_kt * 128, 128)], moving=w13[0:128, nl.ds(i_kt * 128, 128)])
+                acc18 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(14):
+                    nisa.nc_matmul(dst=acc18[0:128, 0:128], stationary=exp12_T[0:128, nl.ds(i_kt * 128, 128)], moving=w13[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o6[0:128, 0:128], data=acc19[0:128, 0:128], operand0=sum6_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o6[0:128, 0:128], data=acc18[0:128, 0:128], operand0=sum6_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o6[0:128, 0:128])
-    # rows 3584:4096 see t columns 0:4096 of 8192: the masked tiles beyond are skipped
+    # rows 1792:2048 see t columns 0:2048 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w14 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(32):
-            wrows7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows7[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp21 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp21[0:128, 0:128], data=wrows7[0:128, 0:128])
-            nisa.tensor_copy(dst=w14[0:128, nl.ds(i_j * 128, 128)], src=tp21, engine=nisa.engine.scalar)
-        w15 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(32):
+        w14 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(16):
+            nisa.dma_transpose(dst=w14[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w15 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(16):
             nisa.dma_copy(dst=w15[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(28, 32):
-                where7_blk = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(14, 16):
+                where7_blk = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
                 sum7_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp14_T = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+                exp14_T = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
                 lhsT7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t7[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp22 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp22[0:128, 0:128], data=q_t7[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT7[0:128, 0:128], src=tp22, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(7):
-                    acc20 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc20[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT7[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(3):
+                    acc19 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc19[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, nl.ds(i_nt * 512, 512)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where7_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc20[0:128, 0:512], engine=nisa.engine.scalar)
-                acc21 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc21[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, 3584:4096])
+                    nisa.tensor_copy(dst=where7_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc19[0:128, 0:512], engine=nisa.engine.scalar)
+                acc20 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc20[0:128, 0:512], stationary=lhsT7[0:128, 0:128], moving=w14[0:128, 1536:2048])
                 # where: 2 instruction(s), proved
                 t14 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t14[0:128, 0:512], data=acc21[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where7_blk[0:128, 3584:4096], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4096 + 7 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t14[0:128, 0:512], on_false_value=-30000.0)
-                exp15 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t14[0:128, 0:512], data=acc20[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where7_blk[0:128, 1536:2048], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2048 + 3 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t14[0:128, 0:512], on_false_value=-30000.0)
+                exp15 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t15 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t15[0:128, 0:1], data=where7_blk[0:128, 0:4096], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp15[0:128, 0:4096], reduce_res=sum7_blk[0:128, 0:1], data=where7_blk[0:128, 0:4096], bias=t15[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(8):
-                    tp23 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp23[0:128, 0:128], data=exp15[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp23[0:128, 128:256], data=exp15[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp23[0:128, 256:384], data=exp15[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp23[0:128, 384:512], data=exp15[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp14_T[0:128, nl.ds(i_q * 512, 512)], src=tp23, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t15[0:128, 0:1], data=where7_blk[0:128, 0:2048], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp15[0:128, 0:2048], reduce_res=sum7_blk[0:128, 0:1], data=where7_blk[0:128, 0:2048], bias=t15[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(4):
+                    tp10 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp10[0:128, 0:128], data=exp15[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp10[0:128, 128:256], data=exp15[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp10[0:128, 256:384], data=exp15[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp10[0:128, 384:512], data=exp15[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp14_T[0:128, nl.ds(i_q * 512, 512)], src=tp10, engine=nisa.engine.vector)
                 o7 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc22 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(32):
-                    nisa.nc_matmul(dst=acc22[0:128, 0:128], stationary=exp14_T[0:128, nl.ds(i_kt * 128, 128)], moving=w15[0:128, nl.ds(i_kt * 128, 128)])
+                acc21 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(16):
+                    nisa.nc_matmul(dst=acc21[0:128, 0:128], stationary=exp14_T[0:128, nl.ds(i_kt * 128, 128)], moving=w15[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o7[0:128, 0:128], data=acc22[0:128, 0:128], operand0=sum7_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o7[0:128, 0:128], data=acc21[0:128, 0:128], operand0=sum7_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o7[0:128, 0:128])
-    # rows 4096:4608 see t columns 0:4608 of 8192: the masked tiles beyond are skipped
+    # rows 2048:2304 see t columns 0:2304 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w16 = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(36):
-            wrows8 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows8[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp24 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp24[0:128, 0:128], data=wrows8[0:128, 0:128])
-            nisa.tensor_copy(dst=w16[0:128, nl.ds(i_j * 128, 128)], src=tp24, engine=nisa.engine.vector)
-        w17 = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(36):
+        w16 = nl.ndarray((128, 2304), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(18):
+            nisa.dma_transpose(dst=w16[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w17 = nl.ndarray((128, 2304), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(18):
             nisa.dma_copy(dst=w17[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(32, 36):
-                where8_blk = nl.ndarray((128, 4608), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(16, 18):
+                where8_blk = nl.ndarray((128, 2304), dtype=nl.float32, buffer=nl.sbuf)
                 sum8_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp16_T = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
+                exp16_T = nl.ndarray((128, 2304), dtype=DT, buffer=nl.sbuf)
                 lhsT8 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t8 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t8[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp25 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp25[0:128, 0:128], data=q_t8[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT8[0:128, 0:128], src=tp25, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(8):
-                    acc23 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc23[0:128, 0:512], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT8[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(5):
+                    acc22 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc22[0:128, 0:384], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, nl.ds(i_nt * 384, 384)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where8_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc23[0:128, 0:512], engine=nisa.engine.vector)
-                acc24 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc24[0:128, 0:512], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, 4096:4608])
+                    nisa.tensor_copy(dst=where8_blk[0:128, nl.ds(i_nt * 384, 384)], src=acc22[0:128, 0:384], engine=nisa.engine.scalar)
+                acc23 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc23[0:128, 0:384], stationary=lhsT8[0:128, 0:128], moving=w16[0:128, 1920:2304])
                 # where: 2 instruction(s), proved
-                t16 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t16[0:128, 0:512], data=acc24[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where8_blk[0:128, 4096:4608], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4608 + 8 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t16[0:128, 0:512], on_false_value=-30000.0)
-                exp17 = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
+                t16 = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t16[0:128, 0:384], data=acc23[0:128, 0:384], op=nl.copy)
+                nisa.affine_select(dst=where8_blk[0:128, 1920:2304], pattern=[[-1, 384]], offset=i_rb * 128 + 0 * 128 - (0 * 2304 + 5 * 384), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t16[0:128, 0:384], on_false_value=-30000.0)
+                exp17 = nl.ndarray((128, 2304), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t17 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t17[0:128, 0:1], data=where8_blk[0:128, 0:4608], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp17[0:128, 0:4608], reduce_res=sum8_blk[0:128, 0:1], data=where8_blk[0:128, 0:4608], bias=t17[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(9):
-                    tp26 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp26[0:128, 0:128], data=exp17[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp26[0:128, 128:256], data=exp17[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp26[0:128, 256:384], data=exp17[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp26[0:128, 384:512], data=exp17[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp16_T[0:128, nl.ds(i_q * 512, 512)], src=tp26, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t17[0:128, 0:1], data=where8_blk[0:128, 0:2304], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp17[0:128, 0:2304], reduce_res=sum8_blk[0:128, 0:1], data=where8_blk[0:128, 0:2304], bias=t17[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(4):
+                    tp11 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp11[0:128, 0:128], data=exp17[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp11[0:128, 128:256], data=exp17[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp11[0:128, 256:384], data=exp17[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp11[0:128, 384:512], data=exp17[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp16_T[0:128, nl.ds(i_q * 512, 512)], src=tp11, engine=nisa.engine.vector)
+                tp12 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp12[0:128, 0:128], data=exp17[0:128, 2048:2176])
+                nisa.nc_transpose(dst=tp12[0:128, 128:256], data=exp17[0:128, 2176:2304])
+                nisa.tensor_copy(dst=exp16_T[0:128, 2048:2304], src=tp12, engine=nisa.engine.scalar)
                 o8 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc25 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(36):
-                    nisa.nc_matmul(dst=acc25[0:128, 0:128], stationary=exp16_T[0:128, nl.ds(i_kt * 128, 128)], moving=w17[0:128, nl.ds(i_kt * 128, 128)])
+                acc24 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(18):
+                    nisa.nc_matmul(dst=acc24[0:128, 0:128], stationary=exp16_T[0:128, nl.ds(i_kt * 128, 128)], moving=w17[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o8[0:128, 0:128], data=acc25[0:128, 0:128], operand0=sum8_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o8[0:128, 0:128], data=acc24[0:128, 0:128], operand0=sum8_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o8[0:128, 0:128])
-    # rows 4608:5120 see t columns 0:5120 of 8192: the masked tiles beyond are skipped
+    # rows 2304:2560 see t columns 0:2560 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w18 = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(40):
-            wrows9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows9[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp27 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp27[0:128, 0:128], data=wrows9[0:128, 0:128])
-            nisa.tensor_copy(dst=w18[0:128, nl.ds(i_j * 128, 128)], src=tp27, engine=nisa.engine.vector)
-        w19 = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(40):
+        w18 = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(20):
+            nisa.dma_transpose(dst=w18[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w19 = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(20):
             nisa.dma_copy(dst=w19[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(36, 40):
-                where9_blk = nl.ndarray((128, 5120), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(18, 20):
+                where9_blk = nl.ndarray((128, 2560), dtype=nl.float32, buffer=nl.sbuf)
                 sum9_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp18_T = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
+                exp18_T = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
                 lhsT9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t9[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp28 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp28[0:128, 0:128], data=q_t9[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT9[0:128, 0:128], src=tp28, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(9):
-                    acc26 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc26[0:128, 0:512], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT9[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(4):
+                    acc25 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc25[0:128, 0:512], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, nl.ds(i_nt * 512, 512)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where9_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc26[0:128, 0:512], engine=nisa.engine.vector)
-                acc27 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc27[0:128, 0:512], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, 4608:5120])
+                    nisa.tensor_copy(dst=where9_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc25[0:128, 0:512], engine=nisa.engine.scalar)
+                acc26 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc26[0:128, 0:512], stationary=lhsT9[0:128, 0:128], moving=w18[0:128, 2048:2560])
                 # where: 2 instruction(s), proved
                 t18 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t18[0:128, 0:512], data=acc27[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where9_blk[0:128, 4608:5120], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5120 + 9 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t18[0:128, 0:512], on_false_value=-30000.0)
-                exp19 = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t18[0:128, 0:512], data=acc26[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where9_blk[0:128, 2048:2560], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 2560 + 4 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t18[0:128, 0:512], on_false_value=-30000.0)
+                exp19 = nl.ndarray((128, 2560), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t19 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t19[0:128, 0:1], data=where9_blk[0:128, 0:5120], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp19[0:128, 0:5120], reduce_res=sum9_blk[0:128, 0:1], data=where9_blk[0:128, 0:5120], bias=t19[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(10):
-                    tp29 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp29[0:128, 0:128], data=exp19[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp29[0:128, 128:256], data=exp19[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp29[0:128, 256:384], data=exp19[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp29[0:128, 384:512], data=exp19[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp18_T[0:128, nl.ds(i_q * 512, 512)], src=tp29, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t19[0:128, 0:1], data=where9_blk[0:128, 0:2560], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp19[0:128, 0:2560], reduce_res=sum9_blk[0:128, 0:1], data=where9_blk[0:128, 0:2560], bias=t19[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(5):
+                    tp13 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp13[0:128, 0:128], data=exp19[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp13[0:128, 128:256], data=exp19[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp13[0:128, 256:384], data=exp19[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp13[0:128, 384:512], data=exp19[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp18_T[0:128, nl.ds(i_q * 512, 512)], src=tp13, engine=nisa.engine.vector)
                 o9 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc28 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(40):
-                    nisa.nc_matmul(dst=acc28[0:128, 0:128], stationary=exp18_T[0:128, nl.ds(i_kt * 128, 128)], moving=w19[0:128, nl.ds(i_kt * 128, 128)])
+                acc27 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(20):
+                    nisa.nc_matmul(dst=acc27[0:128, 0:128], stationary=exp18_T[0:128, nl.ds(i_kt * 128, 128)], moving=w19[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o9[0:128, 0:128], data=acc28[0:128, 0:128], operand0=sum9_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o9[0:128, 0:128], data=acc27[0:128, 0:128], operand0=sum9_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o9[0:128, 0:128])
-    # rows 5120:5632 see t columns 0:5632 of 8192: the masked tiles beyond are skipped
+    # rows 2560:2816 see t columns 0:2816 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w20 = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(44):
-            wrows10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows10[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp30 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp30[0:128, 0:128], data=wrows10[0:128, 0:128])
-            nisa.tensor_copy(dst=w20[0:128, nl.ds(i_j * 128, 128)], src=tp30, engine=nisa.engine.vector)
-        w21 = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(44):
+        w20 = nl.ndarray((128, 2816), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(22):
+            nisa.dma_transpose(dst=w20[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w21 = nl.ndarray((128, 2816), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(22):
             nisa.dma_copy(dst=w21[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(40, 44):
-                where10_blk = nl.ndarray((128, 5632), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(20, 22):
+                where10_blk = nl.ndarray((128, 2816), dtype=nl.float32, buffer=nl.sbuf)
                 sum10_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp20_T = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
+                exp20_T = nl.ndarray((128, 2816), dtype=DT, buffer=nl.sbuf)
                 lhsT10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t10[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp31 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp31[0:128, 0:128], data=q_t10[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT10[0:128, 0:128], src=tp31, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(10):
-                    acc29 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc29[0:128, 0:512], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT10[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(7):
+                    acc28 = nl.ndarray((128, 352), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc28[0:128, 0:352], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, nl.ds(i_nt * 352, 352)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where10_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc29[0:128, 0:512], engine=nisa.engine.scalar)
-                acc30 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc30[0:128, 0:512], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, 5120:5632])
+                    nisa.tensor_copy(dst=where10_blk[0:128, nl.ds(i_nt * 352, 352)], src=acc28[0:128, 0:352], engine=nisa.engine.scalar)
+                acc29 = nl.ndarray((128, 352), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc29[0:128, 0:352], stationary=lhsT10[0:128, 0:128], moving=w20[0:128, 2464:2816])
                 # where: 2 instruction(s), proved
-                t20 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t20[0:128, 0:512], data=acc30[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where10_blk[0:128, 5120:5632], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5632 + 10 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t20[0:128, 0:512], on_false_value=-30000.0)
-                exp21 = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
+                t20 = nl.ndarray((128, 352), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t20[0:128, 0:352], data=acc29[0:128, 0:352], op=nl.copy)
+                nisa.affine_select(dst=where10_blk[0:128, 2464:2816], pattern=[[-1, 352]], offset=i_rb * 128 + 0 * 128 - (0 * 2816 + 7 * 352), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t20[0:128, 0:352], on_false_value=-30000.0)
+                exp21 = nl.ndarray((128, 2816), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t21 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t21[0:128, 0:1], data=where10_blk[0:128, 0:5632], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp21[0:128, 0:5632], reduce_res=sum10_blk[0:128, 0:1], data=where10_blk[0:128, 0:5632], bias=t21[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(11):
-                    tp32 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp32[0:128, 0:128], data=exp21[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp32[0:128, 128:256], data=exp21[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp32[0:128, 256:384], data=exp21[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp32[0:128, 384:512], data=exp21[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp20_T[0:128, nl.ds(i_q * 512, 512)], src=tp32, engine=nisa.engine.vector)
+                nisa.tensor_reduce(dst=t21[0:128, 0:1], data=where10_blk[0:128, 0:2816], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp21[0:128, 0:2816], reduce_res=sum10_blk[0:128, 0:1], data=where10_blk[0:128, 0:2816], bias=t21[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(5):
+                    tp14 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp14[0:128, 0:128], data=exp21[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp14[0:128, 128:256], data=exp21[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp14[0:128, 256:384], data=exp21[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp14[0:128, 384:512], data=exp21[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp20_T[0:128, nl.ds(i_q * 512, 512)], src=tp14, engine=nisa.engine.vector)
+                tp15 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp15[0:128, 0:128], data=exp21[0:128, 2560:2688])
+                nisa.nc_transpose(dst=tp15[0:128, 128:256], data=exp21[0:128, 2688:2816])
+                nisa.tensor_copy(dst=exp20_T[0:128, 2560:2816], src=tp15, engine=nisa.engine.scalar)
                 o10 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc31 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(44):
-                    nisa.nc_matmul(dst=acc31[0:128, 0:128], stationary=exp20_T[0:128, nl.ds(i_kt * 128, 128)], moving=w21[0:128, nl.ds(i_kt * 128, 128)])
+                acc30 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(22):
+                    nisa.nc_matmul(dst=acc30[0:128, 0:128], stationary=exp20_T[0:128, nl.ds(i_kt * 128, 128)], moving=w21[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o10[0:128, 0:128], data=acc31[0:128, 0:128], operand0=sum10_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o10[0:128, 0:128], data=acc30[0:128, 0:128], operand0=sum10_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o10[0:128, 0:128])
-    # rows 5632:6144 see t columns 0:6144 of 8192: the masked tiles beyond are skipped
+    # rows 2816:3072 see t columns 0:3072 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w22 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(48):
-            wrows11 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows11[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp33 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp33[0:128, 0:128], data=wrows11[0:128, 0:128])
-            nisa.tensor_copy(dst=w22[0:128, nl.ds(i_j * 128, 128)], src=tp33, engine=nisa.engine.scalar)
-        w23 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(48):
+        w22 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(24):
+            nisa.dma_transpose(dst=w22[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w23 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(24):
             nisa.dma_copy(dst=w23[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(44, 48):
-                where11_blk = nl.ndarray((128, 6144), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(22, 24):
+                where11_blk = nl.ndarray((128, 3072), dtype=nl.float32, buffer=nl.sbuf)
                 sum11_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp22_T = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
+                exp22_T = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
                 lhsT11 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t11 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t11[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp34 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp34[0:128, 0:128], data=q_t11[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT11[0:128, 0:128], src=tp34, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(11):
-                    acc32 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc32[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT11[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(5):
+                    acc31 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc31[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, nl.ds(i_nt * 512, 512)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where11_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc32[0:128, 0:512], engine=nisa.engine.scalar)
-                acc33 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc33[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, 5632:6144])
+                    nisa.tensor_copy(dst=where11_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc31[0:128, 0:512], engine=nisa.engine.scalar)
+                acc32 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc32[0:128, 0:512], stationary=lhsT11[0:128, 0:128], moving=w22[0:128, 2560:3072])
                 # where: 2 instruction(s), proved
                 t22 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t22[0:128, 0:512], data=acc33[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where11_blk[0:128, 5632:6144], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6144 + 11 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t22[0:128, 0:512], on_false_value=-30000.0)
-                exp23 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t22[0:128, 0:512], data=acc32[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where11_blk[0:128, 2560:3072], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3072 + 5 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t22[0:128, 0:512], on_false_value=-30000.0)
+                exp23 = nl.ndarray((128, 3072), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t23 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t23[0:128, 0:1], data=where11_blk[0:128, 0:6144], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp23[0:128, 0:6144], reduce_res=sum11_blk[0:128, 0:1], data=where11_blk[0:128, 0:6144], bias=t23[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(12):
-                    tp35 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp35[0:128, 0:128], data=exp23[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp35[0:128, 128:256], data=exp23[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp35[0:128, 256:384], data=exp23[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp35[0:128, 384:512], data=exp23[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp22_T[0:128, nl.ds(i_q * 512, 512)], src=tp35, engine=nisa.engine.vector)
+                nisa.tensor_reduce(dst=t23[0:128, 0:1], data=where11_blk[0:128, 0:3072], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp23[0:128, 0:3072], reduce_res=sum11_blk[0:128, 0:1], data=where11_blk[0:128, 0:3072], bias=t23[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(6):
+                    tp16 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp16[0:128, 0:128], data=exp23[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp16[0:128, 128:256], data=exp23[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp16[0:128, 256:384], data=exp23[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp16[0:128, 384:512], data=exp23[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp22_T[0:128, nl.ds(i_q * 512, 512)], src=tp16, engine=nisa.engine.vector)
                 o11 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc34 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(48):
-                    nisa.nc_matmul(dst=acc34[0:128, 0:128], stationary=exp22_T[0:128, nl.ds(i_kt * 128, 128)], moving=w23[0:128, nl.ds(i_kt * 128, 128)])
+                acc33 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(24):
+                    nisa.nc_matmul(dst=acc33[0:128, 0:128], stationary=exp22_T[0:128, nl.ds(i_kt * 128, 128)], moving=w23[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o11[0:128, 0:128], data=acc34[0:128, 0:128], operand0=sum11_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o11[0:128, 0:128], data=acc33[0:128, 0:128], operand0=sum11_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o11[0:128, 0:128])
-    # rows 6144:6656 see t columns 0:6656 of 8192: the masked tiles beyond are skipped
+    # rows 3072:3328 see t columns 0:3328 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w24 = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(52):
-            wrows12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows12[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp36 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp36[0:128, 0:128], data=wrows12[0:128, 0:128])
-            nisa.tensor_copy(dst=w24[0:128, nl.ds(i_j * 128, 128)], src=tp36, engine=nisa.engine.scalar)
-        w25 = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(52):
+        w24 = nl.ndarray((128, 3328), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(26):
+            nisa.dma_transpose(dst=w24[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w25 = nl.ndarray((128, 3328), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(26):
             nisa.dma_copy(dst=w25[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(48, 52):
-                where12_blk = nl.ndarray((128, 6656), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(24, 26):
+                where12_blk = nl.ndarray((128, 3328), dtype=nl.float32, buffer=nl.sbuf)
                 sum12_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp24_T = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
+                exp24_T = nl.ndarray((128, 3328), dtype=DT, buffer=nl.sbuf)
                 lhsT12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t12[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp37 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp37[0:128, 0:128], data=q_t12[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT12[0:128, 0:128], src=tp37, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(12):
-                    acc35 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc35[0:128, 0:512], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT12[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(7):
+                    acc34 = nl.ndarray((128, 416), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc34[0:128, 0:416], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, nl.ds(i_nt * 416, 416)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where12_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc35[0:128, 0:512], engine=nisa.engine.scalar)
-                acc36 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc36[0:128, 0:512], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, 6144:6656])
+                    nisa.tensor_copy(dst=where12_blk[0:128, nl.ds(i_nt * 416, 416)], src=acc34[0:128, 0:416], engine=nisa.engine.scalar)
+                acc35 = nl.ndarray((128, 416), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc35[0:128, 0:416], stationary=lhsT12[0:128, 0:128], moving=w24[0:128, 2912:3328])
                 # where: 2 instruction(s), proved
-                t24 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t24[0:128, 0:512], data=acc36[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where12_blk[0:128, 6144:6656], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6656 + 12 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t24[0:128, 0:512], on_false_value=-30000.0)
-                exp25 = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
+                t24 = nl.ndarray((128, 416), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t24[0:128, 0:416], data=acc35[0:128, 0:416], op=nl.copy)
+                nisa.affine_select(dst=where12_blk[0:128, 2912:3328], pattern=[[-1, 416]], offset=i_rb * 128 + 0 * 128 - (0 * 3328 + 7 * 416), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t24[0:128, 0:416], on_false_value=-30000.0)
+                exp25 = nl.ndarray((128, 3328), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t25 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t25[0:128, 0:1], data=where12_blk[0:128, 0:6656], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp25[0:128, 0:6656], reduce_res=sum12_blk[0:128, 0:1], data=where12_blk[0:128, 0:6656], bias=t25[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(13):
-                    tp38 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp38[0:128, 0:128], data=exp25[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp38[0:128, 128:256], data=exp25[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp38[0:128, 256:384], data=exp25[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp38[0:128, 384:512], data=exp25[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp24_T[0:128, nl.ds(i_q * 512, 512)], src=tp38, engine=nisa.engine.vector)
+                nisa.tensor_reduce(dst=t25[0:128, 0:1], data=where12_blk[0:128, 0:3328], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp25[0:128, 0:3328], reduce_res=sum12_blk[0:128, 0:1], data=where12_blk[0:128, 0:3328], bias=t25[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(6):
+                    tp17 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp17[0:128, 0:128], data=exp25[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp17[0:128, 128:256], data=exp25[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp17[0:128, 256:384], data=exp25[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp17[0:128, 384:512], data=exp25[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp24_T[0:128, nl.ds(i_q * 512, 512)], src=tp17, engine=nisa.engine.vector)
+                tp18 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp18[0:128, 0:128], data=exp25[0:128, 3072:3200])
+                nisa.nc_transpose(dst=tp18[0:128, 128:256], data=exp25[0:128, 3200:3328])
+                nisa.tensor_copy(dst=exp24_T[0:128, 3072:3328], src=tp18, engine=nisa.engine.scalar)
                 o12 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc37 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(52):
-                    nisa.nc_matmul(dst=acc37[0:128, 0:128], stationary=exp24_T[0:128, nl.ds(i_kt * 128, 128)], moving=w25[0:128, nl.ds(i_kt * 128, 128)])
+                acc36 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(26):
+                    nisa.nc_matmul(dst=acc36[0:128, 0:128], stationary=exp24_T[0:128, nl.ds(i_kt * 128, 128)], moving=w25[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o12[0:128, 0:128], data=acc37[0:128, 0:128], operand0=sum12_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o12[0:128, 0:128], data=acc36[0:128, 0:128], operand0=sum12_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o12[0:128, 0:128])
-    # rows 6656:7168 see t columns 0:7168 of 8192: the masked tiles beyond are skipped
+    # rows 3328:3584 see t columns 0:3584 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w26 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(56):
-            wrows13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows13[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp39 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp39[0:128, 0:128], data=wrows13[0:128, 0:128])
-            nisa.tensor_copy(dst=w26[0:128, nl.ds(i_j * 128, 128)], src=tp39, engine=nisa.engine.scalar)
-        w27 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(56):
+        w26 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(28):
+            nisa.dma_transpose(dst=w26[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w27 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(28):
             nisa.dma_copy(dst=w27[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(52, 56):
-                where13_blk = nl.ndarray((128, 7168), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(26, 28):
+                where13_blk = nl.ndarray((128, 3584), dtype=nl.float32, buffer=nl.sbuf)
                 sum13_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp26_T = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
+                exp26_T = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
                 lhsT13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t13[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp40 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp40[0:128, 0:128], data=q_t13[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT13[0:128, 0:128], src=tp40, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(13):
-                    acc38 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc38[0:128, 0:512], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT13[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(6):
+                    acc37 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc37[0:128, 0:512], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, nl.ds(i_nt * 512, 512)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where13_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc38[0:128, 0:512], engine=nisa.engine.scalar)
-                acc39 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc39[0:128, 0:512], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, 6656:7168])
+                    nisa.tensor_copy(dst=where13_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc37[0:128, 0:512], engine=nisa.engine.scalar)
+                acc38 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc38[0:128, 0:512], stationary=lhsT13[0:128, 0:128], moving=w26[0:128, 3072:3584])
                 # where: 2 instruction(s), proved
                 t26 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t26[0:128, 0:512], data=acc39[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where13_blk[0:128, 6656:7168], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7168 + 13 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t26[0:128, 0:512], on_false_value=-30000.0)
-                exp27 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t26[0:128, 0:512], data=acc38[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where13_blk[0:128, 3072:3584], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 3584 + 6 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t26[0:128, 0:512], on_false_value=-30000.0)
+                exp27 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t27 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t27[0:128, 0:1], data=where13_blk[0:128, 0:7168], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp27[0:128, 0:7168], reduce_res=sum13_blk[0:128, 0:1], data=where13_blk[0:128, 0:7168], bias=t27[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(14):
-                    tp41 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp41[0:128, 0:128], data=exp27[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp41[0:128, 128:256], data=exp27[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp41[0:128, 256:384], data=exp27[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp41[0:128, 384:512], data=exp27[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp26_T[0:128, nl.ds(i_q * 512, 512)], src=tp41, engine=nisa.engine.vector)
+                nisa.tensor_reduce(dst=t27[0:128, 0:1], data=where13_blk[0:128, 0:3584], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp27[0:128, 0:3584], reduce_res=sum13_blk[0:128, 0:1], data=where13_blk[0:128, 0:3584], bias=t27[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(7):
+                    tp19 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp19[0:128, 0:128], data=exp27[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp19[0:128, 128:256], data=exp27[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp19[0:128, 256:384], data=exp27[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp19[0:128, 384:512], data=exp27[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp26_T[0:128, nl.ds(i_q * 512, 512)], src=tp19, engine=nisa.engine.vector)
                 o13 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc40 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(56):
-                    nisa.nc_matmul(dst=acc40[0:128, 0:128], stationary=exp26_T[0:128, nl.ds(i_kt * 128, 128)], moving=w27[0:128, nl.ds(i_kt * 128, 128)])
+                acc39 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(28):
+                    nisa.nc_matmul(dst=acc39[0:128, 0:128], stationary=exp26_T[0:128, nl.ds(i_kt * 128, 128)], moving=w27[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o13[0:128, 0:128], data=acc40[0:128, 0:128], operand0=sum13_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o13[0:128, 0:128], data=acc39[0:128, 0:128], operand0=sum13_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o13[0:128, 0:128])
-    # rows 7168:7680 see t columns 0:7680 of 8192: the masked tiles beyond are skipped
+    # rows 3584:3840 see t columns 0:3840 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w28 = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(60):
-            wrows14 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows14[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp42 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp42[0:128, 0:128], data=wrows14[0:128, 0:128])
-            nisa.tensor_copy(dst=w28[0:128, nl.ds(i_j * 128, 128)], src=tp42, engine=nisa.engine.scalar)
-        w29 = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(60):
+        w28 = nl.ndarray((128, 3840), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(30):
+            nisa.dma_transpose(dst=w28[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w29 = nl.ndarray((128, 3840), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(30):
             nisa.dma_copy(dst=w29[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(56, 60):
-                where14_blk = nl.ndarray((128, 7680), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(28, 30):
+                where14_blk = nl.ndarray((128, 3840), dtype=nl.float32, buffer=nl.sbuf)
                 sum14_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp28_T = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
+                exp28_T = nl.ndarray((128, 3840), dtype=DT, buffer=nl.sbuf)
                 lhsT14 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t14 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t14[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp43 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp43[0:128, 0:128], data=q_t14[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT14[0:128, 0:128], src=tp43, engine=nisa.engine.scalar)
-                for i_nt in nl.affine_range(14):
-                    acc41 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc41[0:128, 0:512], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT14[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(7):
+                    acc40 = nl.ndarray((128, 480), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc40[0:128, 0:480], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, nl.ds(i_nt * 480, 480)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where14_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc41[0:128, 0:512], engine=nisa.engine.scalar)
-                acc42 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc42[0:128, 0:512], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, 7168:7680])
+                    nisa.tensor_copy(dst=where14_blk[0:128, nl.ds(i_nt * 480, 480)], src=acc40[0:128, 0:480], engine=nisa.engine.scalar)
+                acc41 = nl.ndarray((128, 480), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc41[0:128, 0:480], stationary=lhsT14[0:128, 0:128], moving=w28[0:128, 3360:3840])
                 # where: 2 instruction(s), proved
-                t28 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t28[0:128, 0:512], data=acc42[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where14_blk[0:128, 7168:7680], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7680 + 14 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t28[0:128, 0:512], on_false_value=-30000.0)
-                exp29 = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
+                t28 = nl.ndarray((128, 480), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t28[0:128, 0:480], data=acc41[0:128, 0:480], op=nl.copy)
+                nisa.affine_select(dst=where14_blk[0:128, 3360:3840], pattern=[[-1, 480]], offset=i_rb * 128 + 0 * 128 - (0 * 3840 + 7 * 480), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t28[0:128, 0:480], on_false_value=-30000.0)
+                exp29 = nl.ndarray((128, 3840), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t29 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t29[0:128, 0:1], data=where14_blk[0:128, 0:7680], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp29[0:128, 0:7680], reduce_res=sum14_blk[0:128, 0:1], data=where14_blk[0:128, 0:7680], bias=t29[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(15):
-                    tp44 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp44[0:128, 0:128], data=exp29[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp44[0:128, 128:256], data=exp29[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp44[0:128, 256:384], data=exp29[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp44[0:128, 384:512], data=exp29[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp28_T[0:128, nl.ds(i_q * 512, 512)], src=tp44, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t29[0:128, 0:1], data=where14_blk[0:128, 0:3840], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp29[0:128, 0:3840], reduce_res=sum14_blk[0:128, 0:1], data=where14_blk[0:128, 0:3840], bias=t29[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(7):
+                    tp20 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp20[0:128, 0:128], data=exp29[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp20[0:128, 128:256], data=exp29[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp20[0:128, 256:384], data=exp29[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp20[0:128, 384:512], data=exp29[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp28_T[0:128, nl.ds(i_q * 512, 512)], src=tp20, engine=nisa.engine.vector)
+                tp21 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp21[0:128, 0:128], data=exp29[0:128, 3584:3712])
+                nisa.nc_transpose(dst=tp21[0:128, 128:256], data=exp29[0:128, 3712:3840])
+                nisa.tensor_copy(dst=exp28_T[0:128, 3584:3840], src=tp21, engine=nisa.engine.scalar)
                 o14 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc43 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(60):
-                    nisa.nc_matmul(dst=acc43[0:128, 0:128], stationary=exp28_T[0:128, nl.ds(i_kt * 128, 128)], moving=w29[0:128, nl.ds(i_kt * 128, 128)])
+                acc42 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(30):
+                    nisa.nc_matmul(dst=acc42[0:128, 0:128], stationary=exp28_T[0:128, nl.ds(i_kt * 128, 128)], moving=w29[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o14[0:128, 0:128], data=acc43[0:128, 0:128], operand0=sum14_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o14[0:128, 0:128], data=acc42[0:128, 0:128], operand0=sum14_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o14[0:128, 0:128])
-    # rows 7680:8192 see t columns 0:8192 of 8192: the masked tiles beyond are skipped
+    # rows 3840:4096 see t columns 0:4096 of 8192: the masked tiles beyond are skipped
     # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
     for i_b0 in nl.affine_range(8):
-        w30 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        for i_j in nl.affine_range(64):
-            wrows15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows15[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp45 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp45[0:128, 0:128], data=wrows15[0:128, 0:128])
-            nisa.tensor_copy(dst=w30[0:128, nl.ds(i_j * 128, 128)], src=tp45, engine=nisa.engine.vector)
-        w31 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-        for i_kt in nl.affine_range(64):
+        w30 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(32):
+            nisa.dma_transpose(dst=w30[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w31 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(32):
             nisa.dma_copy(dst=w31[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(8):
-            for i_rb in nl.affine_range(60, 64):
-                where15_blk = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+            for i_rb in nl.affine_range(30, 32):
+                where15_blk = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
                 sum15_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                exp30_T = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+                exp30_T = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
                 lhsT15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                q_t15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t15[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                tp46 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp46[0:128, 0:128], data=q_t15[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT15[0:128, 0:128], src=tp46, engine=nisa.engine.vector)
-                for i_nt in nl.affine_range(15):
-                    acc44 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_matmul(dst=acc44[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, nl.ds(i_nt * 512, 512)])
+                nisa.dma_transpose(dst=lhsT15[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(7):
+                    acc43 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc43[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, nl.ds(i_nt * 512, 512)])
                     # where: the mask keeps every position of these tiles
-                    nisa.tensor_copy(dst=where15_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc44[0:128, 0:512], engine=nisa.engine.vector)
-                acc45 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                nisa.nc_matmul(dst=acc45[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, 7680:8192])
+                    nisa.tensor_copy(dst=where15_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc43[0:128, 0:512], engine=nisa.engine.scalar)
+                acc44 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc44[0:128, 0:512], stationary=lhsT15[0:128, 0:128], moving=w30[0:128, 3584:4096])
                 # where: 2 instruction(s), proved
                 t30 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=t30[0:128, 0:512], data=acc45[0:128, 0:512], op=nl.copy)
-                nisa.affine_select(dst=where15_blk[0:128, 7680:8192], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 8192 + 15 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t30[0:128, 0:512], on_false_value=-30000.0)
-                exp31 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+                nisa.activation(dst=t30[0:128, 0:512], data=acc44[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where15_blk[0:128, 3584:4096], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4096 + 7 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t30[0:128, 0:512], on_false_value=-30000.0)
+                exp31 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
                 t31 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_reduce(dst=t31[0:128, 0:1], data=where15_blk[0:128, 0:8192], op=nl.maximum, negate=True, axis=1)
-                nisa.activation_reduce(dst=exp31[0:128, 0:8192], reduce_res=sum15_blk[0:128, 0:1], data=where15_blk[0:128, 0:8192], bias=t31[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-                for i_q in nl.affine_range(16):
-                    tp47 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp47[0:128, 0:128], data=exp31[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp47[0:128, 128:256], data=exp31[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp47[0:128, 256:384], data=exp31[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp47[0:128, 384:512], data=exp31[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp30_T[0:128, nl.ds(i_q * 512, 512)], src=tp47, engine=nisa.engine.scalar)
+                nisa.tensor_reduce(dst=t31[0:128, 0:1], data=where15_blk[0:128, 0:4096], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp31[0:128, 0:4096], reduce_res=sum15_blk[0:128, 0:1], data=where15_blk[0:128, 0:4096], bias=t31[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(8):
+                    tp22 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp22[0:128, 0:128], data=exp31[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp22[0:128, 128:256], data=exp31[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp22[0:128, 256:384], data=exp31[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp22[0:128, 384:512], data=exp31[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp30_T[0:128, nl.ds(i_q * 512, 512)], src=tp22, engine=nisa.engine.vector)
                 o15 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                acc46 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-                for i_kt in nl.affine_range(64):
-                    nisa.nc_matmul(dst=acc46[0:128, 0:128], stationary=exp30_T[0:128, nl.ds(i_kt * 128, 128)], moving=w31[0:128, nl.ds(i_kt * 128, 128)])
+                acc45 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(32):
+                    nisa.nc_matmul(dst=acc45[0:128, 0:128], stationary=exp30_T[0:128, nl.ds(i_kt * 128, 128)], moving=w31[0:128, nl.ds(i_kt * 128, 128)])
                 # div: 1 instruction(s), proved
-                nisa.tensor_scalar(dst=o15[0:128, 0:128], data=acc46[0:128, 0:128], operand0=sum15_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.tensor_scalar(dst=o15[0:128, 0:128], data=acc45[0:128, 0:128], operand0=sum15_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
                 nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o15[0:128, 0:128])
+    # rows 4096:4352 see t columns 0:4352 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w32 = nl.ndarray((128, 4352), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(34):
+            nisa.dma_transpose(dst=w32[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w33 = nl.ndarray((128, 4352), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(34):
+            nisa.dma_copy(dst=w33[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(32, 34):
+                where16_blk = nl.ndarray((128, 4352), dtype=nl.float32, buffer=nl.sbuf)
+                sum16_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp32_T = nl.ndarray((128, 4352), dtype=DT, buffer=nl.sbuf)
+                lhsT16 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT16[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc46 = nl.ndarray((128, 272), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc46[0:128, 0:272], stationary=lhsT16[0:128, 0:128], moving=w32[0:128, nl.ds(i_nt * 272, 272)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where16_blk[0:128, nl.ds(i_nt * 272, 272)], src=acc46[0:128, 0:272], engine=nisa.engine.scalar)
+                acc47 = nl.ndarray((128, 272), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc47[0:128, 0:272], stationary=lhsT16[0:128, 0:128], moving=w32[0:128, 4080:4352])
+                # where: 2 instruction(s), proved
+                t32 = nl.ndarray((128, 272), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t32[0:128, 0:272], data=acc47[0:128, 0:272], op=nl.copy)
+                nisa.affine_select(dst=where16_blk[0:128, 4080:4352], pattern=[[-1, 272]], offset=i_rb * 128 + 0 * 128 - (0 * 4352 + 15 * 272), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t32[0:128, 0:272], on_false_value=-30000.0)
+                exp33 = nl.ndarray((128, 4352), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t33 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t33[0:128, 0:1], data=where16_blk[0:128, 0:4352], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp33[0:128, 0:4352], reduce_res=sum16_blk[0:128, 0:1], data=where16_blk[0:128, 0:4352], bias=t33[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(8):
+                    tp23 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp23[0:128, 0:128], data=exp33[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp23[0:128, 128:256], data=exp33[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp23[0:128, 256:384], data=exp33[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp23[0:128, 384:512], data=exp33[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp32_T[0:128, nl.ds(i_q * 512, 512)], src=tp23, engine=nisa.engine.vector)
+                tp24 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp24[0:128, 0:128], data=exp33[0:128, 4096:4224])
+                nisa.nc_transpose(dst=tp24[0:128, 128:256], data=exp33[0:128, 4224:4352])
+                nisa.tensor_copy(dst=exp32_T[0:128, 4096:4352], src=tp24, engine=nisa.engine.scalar)
+                o16 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc48 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(34):
+                    nisa.nc_matmul(dst=acc48[0:128, 0:128], stationary=exp32_T[0:128, nl.ds(i_kt * 128, 128)], moving=w33[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o16[0:128, 0:128], data=acc48[0:128, 0:128], operand0=sum16_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o16[0:128, 0:128])
+    # rows 4352:4608 see t columns 0:4608 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w34 = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(36):
+            nisa.dma_transpose(dst=w34[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w35 = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(36):
+            nisa.dma_copy(dst=w35[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(34, 36):
+                where17_blk = nl.ndarray((128, 4608), dtype=nl.float32, buffer=nl.sbuf)
+                sum17_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp34_T = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
+                lhsT17 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT17[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(8):
+                    acc49 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc49[0:128, 0:512], stationary=lhsT17[0:128, 0:128], moving=w34[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where17_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc49[0:128, 0:512], engine=nisa.engine.scalar)
+                acc50 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc50[0:128, 0:512], stationary=lhsT17[0:128, 0:128], moving=w34[0:128, 4096:4608])
+                # where: 2 instruction(s), proved
+                t34 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t34[0:128, 0:512], data=acc50[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where17_blk[0:128, 4096:4608], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 4608 + 8 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t34[0:128, 0:512], on_false_value=-30000.0)
+                exp35 = nl.ndarray((128, 4608), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t35 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t35[0:128, 0:1], data=where17_blk[0:128, 0:4608], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp35[0:128, 0:4608], reduce_res=sum17_blk[0:128, 0:1], data=where17_blk[0:128, 0:4608], bias=t35[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(9):
+                    tp25 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp25[0:128, 0:128], data=exp35[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp25[0:128, 128:256], data=exp35[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp25[0:128, 256:384], data=exp35[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp25[0:128, 384:512], data=exp35[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp34_T[0:128, nl.ds(i_q * 512, 512)], src=tp25, engine=nisa.engine.vector)
+                o17 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc51 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(36):
+                    nisa.nc_matmul(dst=acc51[0:128, 0:128], stationary=exp34_T[0:128, nl.ds(i_kt * 128, 128)], moving=w35[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o17[0:128, 0:128], data=acc51[0:128, 0:128], operand0=sum17_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o17[0:128, 0:128])
+    # rows 4608:4864 see t columns 0:4864 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w36 = nl.ndarray((128, 4864), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(38):
+            nisa.dma_transpose(dst=w36[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w37 = nl.ndarray((128, 4864), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(38):
+            nisa.dma_copy(dst=w37[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(36, 38):
+                where18_blk = nl.ndarray((128, 4864), dtype=nl.float32, buffer=nl.sbuf)
+                sum18_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp36_T = nl.ndarray((128, 4864), dtype=DT, buffer=nl.sbuf)
+                lhsT18 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT18[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc52 = nl.ndarray((128, 304), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc52[0:128, 0:304], stationary=lhsT18[0:128, 0:128], moving=w36[0:128, nl.ds(i_nt * 304, 304)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where18_blk[0:128, nl.ds(i_nt * 304, 304)], src=acc52[0:128, 0:304], engine=nisa.engine.scalar)
+                acc53 = nl.ndarray((128, 304), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc53[0:128, 0:304], stationary=lhsT18[0:128, 0:128], moving=w36[0:128, 4560:4864])
+                # where: 2 instruction(s), proved
+                t36 = nl.ndarray((128, 304), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t36[0:128, 0:304], data=acc53[0:128, 0:304], op=nl.copy)
+                nisa.affine_select(dst=where18_blk[0:128, 4560:4864], pattern=[[-1, 304]], offset=i_rb * 128 + 0 * 128 - (0 * 4864 + 15 * 304), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t36[0:128, 0:304], on_false_value=-30000.0)
+                exp37 = nl.ndarray((128, 4864), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t37 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t37[0:128, 0:1], data=where18_blk[0:128, 0:4864], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp37[0:128, 0:4864], reduce_res=sum18_blk[0:128, 0:1], data=where18_blk[0:128, 0:4864], bias=t37[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(9):
+                    tp26 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp26[0:128, 0:128], data=exp37[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp26[0:128, 128:256], data=exp37[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp26[0:128, 256:384], data=exp37[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp26[0:128, 384:512], data=exp37[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp36_T[0:128, nl.ds(i_q * 512, 512)], src=tp26, engine=nisa.engine.vector)
+                tp27 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp27[0:128, 0:128], data=exp37[0:128, 4608:4736])
+                nisa.nc_transpose(dst=tp27[0:128, 128:256], data=exp37[0:128, 4736:4864])
+                nisa.tensor_copy(dst=exp36_T[0:128, 4608:4864], src=tp27, engine=nisa.engine.scalar)
+                o18 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc54 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(38):
+                    nisa.nc_matmul(dst=acc54[0:128, 0:128], stationary=exp36_T[0:128, nl.ds(i_kt * 128, 128)], moving=w37[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o18[0:128, 0:128], data=acc54[0:128, 0:128], operand0=sum18_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o18[0:128, 0:128])
+    # rows 4864:5120 see t columns 0:5120 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w38 = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(40):
+            nisa.dma_transpose(dst=w38[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w39 = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(40):
+            nisa.dma_copy(dst=w39[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(38, 40):
+                where19_blk = nl.ndarray((128, 5120), dtype=nl.float32, buffer=nl.sbuf)
+                sum19_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp38_T = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
+                lhsT19 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT19[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(9):
+                    acc55 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc55[0:128, 0:512], stationary=lhsT19[0:128, 0:128], moving=w38[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where19_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc55[0:128, 0:512], engine=nisa.engine.scalar)
+                acc56 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc56[0:128, 0:512], stationary=lhsT19[0:128, 0:128], moving=w38[0:128, 4608:5120])
+                # where: 2 instruction(s), proved
+                t38 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t38[0:128, 0:512], data=acc56[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where19_blk[0:128, 4608:5120], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5120 + 9 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t38[0:128, 0:512], on_false_value=-30000.0)
+                exp39 = nl.ndarray((128, 5120), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t39 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t39[0:128, 0:1], data=where19_blk[0:128, 0:5120], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp39[0:128, 0:5120], reduce_res=sum19_blk[0:128, 0:1], data=where19_blk[0:128, 0:5120], bias=t39[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(10):
+                    tp28 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp28[0:128, 0:128], data=exp39[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp28[0:128, 128:256], data=exp39[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp28[0:128, 256:384], data=exp39[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp28[0:128, 384:512], data=exp39[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp38_T[0:128, nl.ds(i_q * 512, 512)], src=tp28, engine=nisa.engine.vector)
+                o19 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc57 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(40):
+                    nisa.nc_matmul(dst=acc57[0:128, 0:128], stationary=exp38_T[0:128, nl.ds(i_kt * 128, 128)], moving=w39[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o19[0:128, 0:128], data=acc57[0:128, 0:128], operand0=sum19_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o19[0:128, 0:128])
+    # rows 5120:5376 see t columns 0:5376 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w40 = nl.ndarray((128, 5376), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(42):
+            nisa.dma_transpose(dst=w40[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w41 = nl.ndarray((128, 5376), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(42):
+            nisa.dma_copy(dst=w41[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(40, 42):
+                where20_blk = nl.ndarray((128, 5376), dtype=nl.float32, buffer=nl.sbuf)
+                sum20_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp40_T = nl.ndarray((128, 5376), dtype=DT, buffer=nl.sbuf)
+                lhsT20 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT20[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(11):
+                    acc58 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc58[0:128, 0:448], stationary=lhsT20[0:128, 0:128], moving=w40[0:128, nl.ds(i_nt * 448, 448)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where20_blk[0:128, nl.ds(i_nt * 448, 448)], src=acc58[0:128, 0:448], engine=nisa.engine.scalar)
+                acc59 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc59[0:128, 0:448], stationary=lhsT20[0:128, 0:128], moving=w40[0:128, 4928:5376])
+                # where: 2 instruction(s), proved
+                t40 = nl.ndarray((128, 448), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t40[0:128, 0:448], data=acc59[0:128, 0:448], op=nl.copy)
+                nisa.affine_select(dst=where20_blk[0:128, 4928:5376], pattern=[[-1, 448]], offset=i_rb * 128 + 0 * 128 - (0 * 5376 + 11 * 448), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t40[0:128, 0:448], on_false_value=-30000.0)
+                exp41 = nl.ndarray((128, 5376), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t41 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t41[0:128, 0:1], data=where20_blk[0:128, 0:5376], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp41[0:128, 0:5376], reduce_res=sum20_blk[0:128, 0:1], data=where20_blk[0:128, 0:5376], bias=t41[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(10):
+                    tp29 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp29[0:128, 0:128], data=exp41[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp29[0:128, 128:256], data=exp41[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp29[0:128, 256:384], data=exp41[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp29[0:128, 384:512], data=exp41[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp40_T[0:128, nl.ds(i_q * 512, 512)], src=tp29, engine=nisa.engine.vector)
+                tp30 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp30[0:128, 0:128], data=exp41[0:128, 5120:5248])
+                nisa.nc_transpose(dst=tp30[0:128, 128:256], data=exp41[0:128, 5248:5376])
+                nisa.tensor_copy(dst=exp40_T[0:128, 5120:5376], src=tp30, engine=nisa.engine.scalar)
+                o20 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc60 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(42):
+                    nisa.nc_matmul(dst=acc60[0:128, 0:128], stationary=exp40_T[0:128, nl.ds(i_kt * 128, 128)], moving=w41[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o20[0:128, 0:128], data=acc60[0:128, 0:128], operand0=sum20_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o20[0:128, 0:128])
+    # rows 5376:5632 see t columns 0:5632 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w42 = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(44):
+            nisa.dma_transpose(dst=w42[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w43 = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(44):
+            nisa.dma_copy(dst=w43[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(42, 44):
+                where21_blk = nl.ndarray((128, 5632), dtype=nl.float32, buffer=nl.sbuf)
+                sum21_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp42_T = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
+                lhsT21 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT21[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(10):
+                    acc61 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc61[0:128, 0:512], stationary=lhsT21[0:128, 0:128], moving=w42[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where21_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc61[0:128, 0:512], engine=nisa.engine.scalar)
+                acc62 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc62[0:128, 0:512], stationary=lhsT21[0:128, 0:128], moving=w42[0:128, 5120:5632])
+                # where: 2 instruction(s), proved
+                t42 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t42[0:128, 0:512], data=acc62[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where21_blk[0:128, 5120:5632], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 5632 + 10 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t42[0:128, 0:512], on_false_value=-30000.0)
+                exp43 = nl.ndarray((128, 5632), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t43 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t43[0:128, 0:1], data=where21_blk[0:128, 0:5632], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp43[0:128, 0:5632], reduce_res=sum21_blk[0:128, 0:1], data=where21_blk[0:128, 0:5632], bias=t43[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(11):
+                    tp31 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp31[0:128, 0:128], data=exp43[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp31[0:128, 128:256], data=exp43[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp31[0:128, 256:384], data=exp43[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp31[0:128, 384:512], data=exp43[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp42_T[0:128, nl.ds(i_q * 512, 512)], src=tp31, engine=nisa.engine.vector)
+                o21 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc63 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(44):
+                    nisa.nc_matmul(dst=acc63[0:128, 0:128], stationary=exp42_T[0:128, nl.ds(i_kt * 128, 128)], moving=w43[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o21[0:128, 0:128], data=acc63[0:128, 0:128], operand0=sum21_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o21[0:128, 0:128])
+    # rows 5632:5888 see t columns 0:5888 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w44 = nl.ndarray((128, 5888), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(46):
+            nisa.dma_transpose(dst=w44[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w45 = nl.ndarray((128, 5888), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(46):
+            nisa.dma_copy(dst=w45[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(44, 46):
+                where22_blk = nl.ndarray((128, 5888), dtype=nl.float32, buffer=nl.sbuf)
+                sum22_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp44_T = nl.ndarray((128, 5888), dtype=DT, buffer=nl.sbuf)
+                lhsT22 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT22[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc64 = nl.ndarray((128, 368), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc64[0:128, 0:368], stationary=lhsT22[0:128, 0:128], moving=w44[0:128, nl.ds(i_nt * 368, 368)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where22_blk[0:128, nl.ds(i_nt * 368, 368)], src=acc64[0:128, 0:368], engine=nisa.engine.scalar)
+                acc65 = nl.ndarray((128, 368), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc65[0:128, 0:368], stationary=lhsT22[0:128, 0:128], moving=w44[0:128, 5520:5888])
+                # where: 2 instruction(s), proved
+                t44 = nl.ndarray((128, 368), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t44[0:128, 0:368], data=acc65[0:128, 0:368], op=nl.copy)
+                nisa.affine_select(dst=where22_blk[0:128, 5520:5888], pattern=[[-1, 368]], offset=i_rb * 128 + 0 * 128 - (0 * 5888 + 15 * 368), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t44[0:128, 0:368], on_false_value=-30000.0)
+                exp45 = nl.ndarray((128, 5888), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t45 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t45[0:128, 0:1], data=where22_blk[0:128, 0:5888], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp45[0:128, 0:5888], reduce_res=sum22_blk[0:128, 0:1], data=where22_blk[0:128, 0:5888], bias=t45[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(11):
+                    tp32 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp32[0:128, 0:128], data=exp45[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp32[0:128, 128:256], data=exp45[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp32[0:128, 256:384], data=exp45[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp32[0:128, 384:512], data=exp45[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp44_T[0:128, nl.ds(i_q * 512, 512)], src=tp32, engine=nisa.engine.vector)
+                tp33 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp33[0:128, 0:128], data=exp45[0:128, 5632:5760])
+                nisa.nc_transpose(dst=tp33[0:128, 128:256], data=exp45[0:128, 5760:5888])
+                nisa.tensor_copy(dst=exp44_T[0:128, 5632:5888], src=tp33, engine=nisa.engine.scalar)
+                o22 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc66 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(46):
+                    nisa.nc_matmul(dst=acc66[0:128, 0:128], stationary=exp44_T[0:128, nl.ds(i_kt * 128, 128)], moving=w45[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o22[0:128, 0:128], data=acc66[0:128, 0:128], operand0=sum22_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o22[0:128, 0:128])
+    # rows 5888:6144 see t columns 0:6144 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w46 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(48):
+            nisa.dma_transpose(dst=w46[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w47 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(48):
+            nisa.dma_copy(dst=w47[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(46, 48):
+                where23_blk = nl.ndarray((128, 6144), dtype=nl.float32, buffer=nl.sbuf)
+                sum23_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp46_T = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
+                lhsT23 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT23[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(11):
+                    acc67 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc67[0:128, 0:512], stationary=lhsT23[0:128, 0:128], moving=w46[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where23_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc67[0:128, 0:512], engine=nisa.engine.scalar)
+                acc68 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc68[0:128, 0:512], stationary=lhsT23[0:128, 0:128], moving=w46[0:128, 5632:6144])
+                # where: 2 instruction(s), proved
+                t46 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t46[0:128, 0:512], data=acc68[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where23_blk[0:128, 5632:6144], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6144 + 11 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t46[0:128, 0:512], on_false_value=-30000.0)
+                exp47 = nl.ndarray((128, 6144), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t47 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t47[0:128, 0:1], data=where23_blk[0:128, 0:6144], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp47[0:128, 0:6144], reduce_res=sum23_blk[0:128, 0:1], data=where23_blk[0:128, 0:6144], bias=t47[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(12):
+                    tp34 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp34[0:128, 0:128], data=exp47[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp34[0:128, 128:256], data=exp47[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp34[0:128, 256:384], data=exp47[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp34[0:128, 384:512], data=exp47[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp46_T[0:128, nl.ds(i_q * 512, 512)], src=tp34, engine=nisa.engine.vector)
+                o23 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc69 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(48):
+                    nisa.nc_matmul(dst=acc69[0:128, 0:128], stationary=exp46_T[0:128, nl.ds(i_kt * 128, 128)], moving=w47[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o23[0:128, 0:128], data=acc69[0:128, 0:128], operand0=sum23_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o23[0:128, 0:128])
+    # rows 6144:6400 see t columns 0:6400 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w48 = nl.ndarray((128, 6400), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(50):
+            nisa.dma_transpose(dst=w48[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w49 = nl.ndarray((128, 6400), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(50):
+            nisa.dma_copy(dst=w49[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(48, 50):
+                where24_blk = nl.ndarray((128, 6400), dtype=nl.float32, buffer=nl.sbuf)
+                sum24_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp48_T = nl.ndarray((128, 6400), dtype=DT, buffer=nl.sbuf)
+                lhsT24 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT24[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc70 = nl.ndarray((128, 400), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc70[0:128, 0:400], stationary=lhsT24[0:128, 0:128], moving=w48[0:128, nl.ds(i_nt * 400, 400)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where24_blk[0:128, nl.ds(i_nt * 400, 400)], src=acc70[0:128, 0:400], engine=nisa.engine.scalar)
+                acc71 = nl.ndarray((128, 400), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc71[0:128, 0:400], stationary=lhsT24[0:128, 0:128], moving=w48[0:128, 6000:6400])
+                # where: 2 instruction(s), proved
+                t48 = nl.ndarray((128, 400), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t48[0:128, 0:400], data=acc71[0:128, 0:400], op=nl.copy)
+                nisa.affine_select(dst=where24_blk[0:128, 6000:6400], pattern=[[-1, 400]], offset=i_rb * 128 + 0 * 128 - (0 * 6400 + 15 * 400), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t48[0:128, 0:400], on_false_value=-30000.0)
+                exp49 = nl.ndarray((128, 6400), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t49 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t49[0:128, 0:1], data=where24_blk[0:128, 0:6400], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp49[0:128, 0:6400], reduce_res=sum24_blk[0:128, 0:1], data=where24_blk[0:128, 0:6400], bias=t49[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(12):
+                    tp35 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp35[0:128, 0:128], data=exp49[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp35[0:128, 128:256], data=exp49[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp35[0:128, 256:384], data=exp49[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp35[0:128, 384:512], data=exp49[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp48_T[0:128, nl.ds(i_q * 512, 512)], src=tp35, engine=nisa.engine.vector)
+                tp36 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp36[0:128, 0:128], data=exp49[0:128, 6144:6272])
+                nisa.nc_transpose(dst=tp36[0:128, 128:256], data=exp49[0:128, 6272:6400])
+                nisa.tensor_copy(dst=exp48_T[0:128, 6144:6400], src=tp36, engine=nisa.engine.scalar)
+                o24 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc72 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(50):
+                    nisa.nc_matmul(dst=acc72[0:128, 0:128], stationary=exp48_T[0:128, nl.ds(i_kt * 128, 128)], moving=w49[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o24[0:128, 0:128], data=acc72[0:128, 0:128], operand0=sum24_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o24[0:128, 0:128])
+    # rows 6400:6656 see t columns 0:6656 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w50 = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(52):
+            nisa.dma_transpose(dst=w50[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w51 = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(52):
+            nisa.dma_copy(dst=w51[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(50, 52):
+                where25_blk = nl.ndarray((128, 6656), dtype=nl.float32, buffer=nl.sbuf)
+                sum25_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp50_T = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
+                lhsT25 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT25[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(12):
+                    acc73 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc73[0:128, 0:512], stationary=lhsT25[0:128, 0:128], moving=w50[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where25_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc73[0:128, 0:512], engine=nisa.engine.scalar)
+                acc74 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc74[0:128, 0:512], stationary=lhsT25[0:128, 0:128], moving=w50[0:128, 6144:6656])
+                # where: 2 instruction(s), proved
+                t50 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t50[0:128, 0:512], data=acc74[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where25_blk[0:128, 6144:6656], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 6656 + 12 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t50[0:128, 0:512], on_false_value=-30000.0)
+                exp51 = nl.ndarray((128, 6656), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t51 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t51[0:128, 0:1], data=where25_blk[0:128, 0:6656], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp51[0:128, 0:6656], reduce_res=sum25_blk[0:128, 0:1], data=where25_blk[0:128, 0:6656], bias=t51[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(13):
+                    tp37 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp37[0:128, 0:128], data=exp51[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp37[0:128, 128:256], data=exp51[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp37[0:128, 256:384], data=exp51[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp37[0:128, 384:512], data=exp51[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp50_T[0:128, nl.ds(i_q * 512, 512)], src=tp37, engine=nisa.engine.vector)
+                o25 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc75 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(52):
+                    nisa.nc_matmul(dst=acc75[0:128, 0:128], stationary=exp50_T[0:128, nl.ds(i_kt * 128, 128)], moving=w51[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o25[0:128, 0:128], data=acc75[0:128, 0:128], operand0=sum25_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o25[0:128, 0:128])
+    # rows 6656:6912 see t columns 0:6912 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w52 = nl.ndarray((128, 6912), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(54):
+            nisa.dma_transpose(dst=w52[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w53 = nl.ndarray((128, 6912), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(54):
+            nisa.dma_copy(dst=w53[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(52, 54):
+                where26_blk = nl.ndarray((128, 6912), dtype=nl.float32, buffer=nl.sbuf)
+                sum26_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp52_T = nl.ndarray((128, 6912), dtype=DT, buffer=nl.sbuf)
+                lhsT26 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT26[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc76 = nl.ndarray((128, 432), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc76[0:128, 0:432], stationary=lhsT26[0:128, 0:128], moving=w52[0:128, nl.ds(i_nt * 432, 432)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where26_blk[0:128, nl.ds(i_nt * 432, 432)], src=acc76[0:128, 0:432], engine=nisa.engine.scalar)
+                acc77 = nl.ndarray((128, 432), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc77[0:128, 0:432], stationary=lhsT26[0:128, 0:128], moving=w52[0:128, 6480:6912])
+                # where: 2 instruction(s), proved
+                t52 = nl.ndarray((128, 432), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t52[0:128, 0:432], data=acc77[0:128, 0:432], op=nl.copy)
+                nisa.affine_select(dst=where26_blk[0:128, 6480:6912], pattern=[[-1, 432]], offset=i_rb * 128 + 0 * 128 - (0 * 6912 + 15 * 432), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t52[0:128, 0:432], on_false_value=-30000.0)
+                exp53 = nl.ndarray((128, 6912), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t53 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t53[0:128, 0:1], data=where26_blk[0:128, 0:6912], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp53[0:128, 0:6912], reduce_res=sum26_blk[0:128, 0:1], data=where26_blk[0:128, 0:6912], bias=t53[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(13):
+                    tp38 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp38[0:128, 0:128], data=exp53[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp38[0:128, 128:256], data=exp53[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp38[0:128, 256:384], data=exp53[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp38[0:128, 384:512], data=exp53[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp52_T[0:128, nl.ds(i_q * 512, 512)], src=tp38, engine=nisa.engine.vector)
+                tp39 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp39[0:128, 0:128], data=exp53[0:128, 6656:6784])
+                nisa.nc_transpose(dst=tp39[0:128, 128:256], data=exp53[0:128, 6784:6912])
+                nisa.tensor_copy(dst=exp52_T[0:128, 6656:6912], src=tp39, engine=nisa.engine.scalar)
+                o26 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc78 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(54):
+                    nisa.nc_matmul(dst=acc78[0:128, 0:128], stationary=exp52_T[0:128, nl.ds(i_kt * 128, 128)], moving=w53[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o26[0:128, 0:128], data=acc78[0:128, 0:128], operand0=sum26_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o26[0:128, 0:128])
+    # rows 6912:7168 see t columns 0:7168 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w54 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(56):
+            nisa.dma_transpose(dst=w54[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w55 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(56):
+            nisa.dma_copy(dst=w55[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(54, 56):
+                where27_blk = nl.ndarray((128, 7168), dtype=nl.float32, buffer=nl.sbuf)
+                sum27_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp54_T = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
+                lhsT27 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT27[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(13):
+                    acc79 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc79[0:128, 0:512], stationary=lhsT27[0:128, 0:128], moving=w54[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where27_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc79[0:128, 0:512], engine=nisa.engine.scalar)
+                acc80 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc80[0:128, 0:512], stationary=lhsT27[0:128, 0:128], moving=w54[0:128, 6656:7168])
+                # where: 2 instruction(s), proved
+                t54 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t54[0:128, 0:512], data=acc80[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where27_blk[0:128, 6656:7168], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7168 + 13 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t54[0:128, 0:512], on_false_value=-30000.0)
+                exp55 = nl.ndarray((128, 7168), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t55 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t55[0:128, 0:1], data=where27_blk[0:128, 0:7168], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp55[0:128, 0:7168], reduce_res=sum27_blk[0:128, 0:1], data=where27_blk[0:128, 0:7168], bias=t55[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(14):
+                    tp40 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp40[0:128, 0:128], data=exp55[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp40[0:128, 128:256], data=exp55[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp40[0:128, 256:384], data=exp55[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp40[0:128, 384:512], data=exp55[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp54_T[0:128, nl.ds(i_q * 512, 512)], src=tp40, engine=nisa.engine.vector)
+                o27 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc81 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(56):
+                    nisa.nc_matmul(dst=acc81[0:128, 0:128], stationary=exp54_T[0:128, nl.ds(i_kt * 128, 128)], moving=w55[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o27[0:128, 0:128], data=acc81[0:128, 0:128], operand0=sum27_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o27[0:128, 0:128])
+    # rows 7168:7424 see t columns 0:7424 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w56 = nl.ndarray((128, 7424), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(58):
+            nisa.dma_transpose(dst=w56[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w57 = nl.ndarray((128, 7424), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(58):
+            nisa.dma_copy(dst=w57[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(56, 58):
+                where28_blk = nl.ndarray((128, 7424), dtype=nl.float32, buffer=nl.sbuf)
+                sum28_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp56_T = nl.ndarray((128, 7424), dtype=DT, buffer=nl.sbuf)
+                lhsT28 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT28[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc82 = nl.ndarray((128, 464), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc82[0:128, 0:464], stationary=lhsT28[0:128, 0:128], moving=w56[0:128, nl.ds(i_nt * 464, 464)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where28_blk[0:128, nl.ds(i_nt * 464, 464)], src=acc82[0:128, 0:464], engine=nisa.engine.scalar)
+                acc83 = nl.ndarray((128, 464), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc83[0:128, 0:464], stationary=lhsT28[0:128, 0:128], moving=w56[0:128, 6960:7424])
+                # where: 2 instruction(s), proved
+                t56 = nl.ndarray((128, 464), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t56[0:128, 0:464], data=acc83[0:128, 0:464], op=nl.copy)
+                nisa.affine_select(dst=where28_blk[0:128, 6960:7424], pattern=[[-1, 464]], offset=i_rb * 128 + 0 * 128 - (0 * 7424 + 15 * 464), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t56[0:128, 0:464], on_false_value=-30000.0)
+                exp57 = nl.ndarray((128, 7424), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t57 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t57[0:128, 0:1], data=where28_blk[0:128, 0:7424], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp57[0:128, 0:7424], reduce_res=sum28_blk[0:128, 0:1], data=where28_blk[0:128, 0:7424], bias=t57[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(14):
+                    tp41 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp41[0:128, 0:128], data=exp57[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp41[0:128, 128:256], data=exp57[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp41[0:128, 256:384], data=exp57[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp41[0:128, 384:512], data=exp57[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp56_T[0:128, nl.ds(i_q * 512, 512)], src=tp41, engine=nisa.engine.vector)
+                tp42 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp42[0:128, 0:128], data=exp57[0:128, 7168:7296])
+                nisa.nc_transpose(dst=tp42[0:128, 128:256], data=exp57[0:128, 7296:7424])
+                nisa.tensor_copy(dst=exp56_T[0:128, 7168:7424], src=tp42, engine=nisa.engine.scalar)
+                o28 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc84 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(58):
+                    nisa.nc_matmul(dst=acc84[0:128, 0:128], stationary=exp56_T[0:128, nl.ds(i_kt * 128, 128)], moving=w57[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o28[0:128, 0:128], data=acc84[0:128, 0:128], operand0=sum28_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o28[0:128, 0:128])
+    # rows 7424:7680 see t columns 0:7680 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w58 = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(60):
+            nisa.dma_transpose(dst=w58[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w59 = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(60):
+            nisa.dma_copy(dst=w59[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(58, 60):
+                where29_blk = nl.ndarray((128, 7680), dtype=nl.float32, buffer=nl.sbuf)
+                sum29_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp58_T = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
+                lhsT29 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT29[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(14):
+                    acc85 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc85[0:128, 0:512], stationary=lhsT29[0:128, 0:128], moving=w58[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where29_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc85[0:128, 0:512], engine=nisa.engine.scalar)
+                acc86 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc86[0:128, 0:512], stationary=lhsT29[0:128, 0:128], moving=w58[0:128, 7168:7680])
+                # where: 2 instruction(s), proved
+                t58 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t58[0:128, 0:512], data=acc86[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where29_blk[0:128, 7168:7680], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 7680 + 14 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t58[0:128, 0:512], on_false_value=-30000.0)
+                exp59 = nl.ndarray((128, 7680), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t59 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t59[0:128, 0:1], data=where29_blk[0:128, 0:7680], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp59[0:128, 0:7680], reduce_res=sum29_blk[0:128, 0:1], data=where29_blk[0:128, 0:7680], bias=t59[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(15):
+                    tp43 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp43[0:128, 0:128], data=exp59[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp43[0:128, 128:256], data=exp59[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp43[0:128, 256:384], data=exp59[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp43[0:128, 384:512], data=exp59[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp58_T[0:128, nl.ds(i_q * 512, 512)], src=tp43, engine=nisa.engine.vector)
+                o29 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc87 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(60):
+                    nisa.nc_matmul(dst=acc87[0:128, 0:128], stationary=exp58_T[0:128, nl.ds(i_kt * 128, 128)], moving=w59[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o29[0:128, 0:128], data=acc87[0:128, 0:128], operand0=sum29_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o29[0:128, 0:128])
+    # rows 7680:7936 see t columns 0:7936 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w60 = nl.ndarray((128, 7936), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(62):
+            nisa.dma_transpose(dst=w60[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w61 = nl.ndarray((128, 7936), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(62):
+            nisa.dma_copy(dst=w61[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(60, 62):
+                where30_blk = nl.ndarray((128, 7936), dtype=nl.float32, buffer=nl.sbuf)
+                sum30_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp60_T = nl.ndarray((128, 7936), dtype=DT, buffer=nl.sbuf)
+                lhsT30 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT30[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc88 = nl.ndarray((128, 496), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc88[0:128, 0:496], stationary=lhsT30[0:128, 0:128], moving=w60[0:128, nl.ds(i_nt * 496, 496)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where30_blk[0:128, nl.ds(i_nt * 496, 496)], src=acc88[0:128, 0:496], engine=nisa.engine.scalar)
+                acc89 = nl.ndarray((128, 496), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc89[0:128, 0:496], stationary=lhsT30[0:128, 0:128], moving=w60[0:128, 7440:7936])
+                # where: 2 instruction(s), proved
+                t60 = nl.ndarray((128, 496), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t60[0:128, 0:496], data=acc89[0:128, 0:496], op=nl.copy)
+                nisa.affine_select(dst=where30_blk[0:128, 7440:7936], pattern=[[-1, 496]], offset=i_rb * 128 + 0 * 128 - (0 * 7936 + 15 * 496), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t60[0:128, 0:496], on_false_value=-30000.0)
+                exp61 = nl.ndarray((128, 7936), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t61 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t61[0:128, 0:1], data=where30_blk[0:128, 0:7936], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp61[0:128, 0:7936], reduce_res=sum30_blk[0:128, 0:1], data=where30_blk[0:128, 0:7936], bias=t61[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(15):
+                    tp44 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp44[0:128, 0:128], data=exp61[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp44[0:128, 128:256], data=exp61[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp44[0:128, 256:384], data=exp61[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp44[0:128, 384:512], data=exp61[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp60_T[0:128, nl.ds(i_q * 512, 512)], src=tp44, engine=nisa.engine.vector)
+                tp45 = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
+                nisa.nc_transpose(dst=tp45[0:128, 0:128], data=exp61[0:128, 7680:7808])
+                nisa.nc_transpose(dst=tp45[0:128, 128:256], data=exp61[0:128, 7808:7936])
+                nisa.tensor_copy(dst=exp60_T[0:128, 7680:7936], src=tp45, engine=nisa.engine.scalar)
+                o30 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc90 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(62):
+                    nisa.nc_matmul(dst=acc90[0:128, 0:128], stationary=exp60_T[0:128, nl.ds(i_kt * 128, 128)], moving=w61[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o30[0:128, 0:128], data=acc90[0:128, 0:128], operand0=sum30_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o30[0:128, 0:128])
+    # rows 7936:8192 see t columns 0:8192 of 8192: the masked tiles beyond are skipped
+    # pass 1: matmul, where, max, sub, exp, matmul, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
+    for i_b0 in nl.affine_range(8):
+        w62 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+        for i_j in nl.affine_range(64):
+            nisa.dma_transpose(dst=w62[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
+        w63 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+        for i_kt in nl.affine_range(64):
+            nisa.dma_copy(dst=w63[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
+        for i_b1 in nl.affine_range(8):
+            for i_rb in nl.affine_range(62, 64):
+                where31_blk = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+                sum31_blk = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                exp62_T = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+                lhsT31 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=lhsT31[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
+                for i_nt in nl.affine_range(15):
+                    acc91 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=acc91[0:128, 0:512], stationary=lhsT31[0:128, 0:128], moving=w62[0:128, nl.ds(i_nt * 512, 512)])
+                    # where: the mask keeps every position of these tiles
+                    nisa.tensor_copy(dst=where31_blk[0:128, nl.ds(i_nt * 512, 512)], src=acc91[0:128, 0:512], engine=nisa.engine.scalar)
+                acc92 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=acc92[0:128, 0:512], stationary=lhsT31[0:128, 0:128], moving=w62[0:128, 7680:8192])
+                # where: 2 instruction(s), proved
+                t62 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=t62[0:128, 0:512], data=acc92[0:128, 0:512], op=nl.copy)
+                nisa.affine_select(dst=where31_blk[0:128, 7680:8192], pattern=[[-1, 512]], offset=i_rb * 128 + 0 * 128 - (0 * 8192 + 15 * 512), channel_multiplier=1, cmp_op=nl.greater_equal, on_true_tile=t62[0:128, 0:512], on_false_value=-30000.0)
+                exp63 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+                # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
+                t63 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_reduce(dst=t63[0:128, 0:1], data=where31_blk[0:128, 0:8192], op=nl.maximum, negate=True, axis=1)
+                nisa.activation_reduce(dst=exp63[0:128, 0:8192], reduce_res=sum31_blk[0:128, 0:1], data=where31_blk[0:128, 0:8192], bias=t63[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+                for i_q in nl.affine_range(16):
+                    tp46 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp46[0:128, 0:128], data=exp63[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp46[0:128, 128:256], data=exp63[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp46[0:128, 256:384], data=exp63[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp46[0:128, 384:512], data=exp63[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp62_T[0:128, nl.ds(i_q * 512, 512)], src=tp46, engine=nisa.engine.vector)
+                o31 = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
+                acc93 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                for i_kt in nl.affine_range(64):
+                    nisa.nc_matmul(dst=acc93[0:128, 0:128], stationary=exp62_T[0:128, nl.ds(i_kt * 128, 128)], moving=w63[0:128, nl.ds(i_kt * 128, 128)])
+                # div: 1 instruction(s), proved
+                nisa.tensor_scalar(dst=o31[0:128, 0:128], data=acc93[0:128, 0:128], operand0=sum31_blk[0:128, 0:1], op0=nl.divide, engine=nisa.engine.vector)
+                nisa.dma_copy(dst=out[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128], src=o31[0:128, 0:128])
     return out
