@@ -15,6 +15,7 @@ Invariant: the same calls give byte-identical source (names come from a per-kern
 """
 from __future__ import annotations
 
+import itertools
 import re
 from contextlib import contextmanager
 
@@ -212,8 +213,9 @@ class NkiEmitter:
     def dma_transpose(self, dst: str, src: str) -> None:
         self.line(f"nisa.dma_transpose(dst={dst}, src={src})")
 
-    def copy(self, dst: str, src: str) -> None:
-        eng = self._engine("tensor_copy", [src], dst, self._width(dst))
+    def copy(self, dst: str, src: str, engine: str | None = None) -> None:
+        """`engine`: the placement (`, engine=...` or '') already chosen for it."""
+        eng = self._engine("tensor_copy", [src], dst, self._width(dst)) if engine is None else engine
         self.line(f"nisa.tensor_copy(dst={dst}, src={src}{eng})")
 
     # -- engine placement (balance) -----------------------------------------------------------------
@@ -337,17 +339,27 @@ class NkiEmitter:
         group = 1 if stride is not None else max(g for g in (4, 2, 1) if g * partitions * item <= _PSUM_BANK_BYTES)
         group = min(group, count)
         full, tail = divmod(count, group)
-        with self.loop("i_q", full):
-            self._transpose_group(dst_tile, _plus(base, f"i_q * {group * step}"), src_tile,
-                                  _plus(src_c0.removesuffix(" + "), f"i_q * {group * k}"), partitions, k, group, dt)
+        # each group's copy out of PSUM is placed on its own, and the groups run in loops of
+        # consecutive ones placed alike: one line runs on one engine, and the copies are many
+        # (attention's P^T: a line of them took a third of ScalarE's time)
+        probe = "psum_probe"  # never printed: where the copies read from, for placement
+        self.tile_mem[probe], self.tile_dtype[probe] = "psum", dt
+        placed = [self._engine("tensor_copy", [probe], f"{dst_tile}[0:{k}, 0:{group * partitions}]",
+                                group * partitions) for _ in range(full)]
+        for engine, run in itertools.groupby(range(full), key=placed.__getitem__):
+            run = list(run)
+            with self.loop("i_q", full, only=range(run[0], run[-1] + 1), runs=len(run)):
+                self._transpose_group(dst_tile, _plus(base, f"i_q * {group * step}"), src_tile,
+                                      _plus(src_c0.removesuffix(" + "), f"i_q * {group * k}"), partitions, k,
+                                      group, dt, engine)
         if tail:
             self._transpose_group(dst_tile, _plus(base, str(full * group * step)), src_tile,
                                   _plus(src_c0.removesuffix(" + "), str(full * group * k)), partitions, k, tail, dt)
 
     def _transpose_group(self, dst_tile: str, d0: str, src_tile: str, c0: str, partitions: int, k: int,
-                         group: int, dt: str) -> None:
+                         group: int, dt: str, engine: str | None = None) -> None:
         """`group` blocks of src_tile from column c0 transposed into one PSUM tile, copied out at
-        dst_tile[:, d0:]."""
+        dst_tile[:, d0:] (on `engine`, as `copy` takes it)."""
         tp = self.fresh("tp")
         self.line(f"{tp} = nl.ndarray(({k}, {group * partitions}), dtype={_DTYPE[dt]}, buffer=nl.psum)")
         self.tile_mem[tp], self.tile_dtype[tp] = "psum", dt
@@ -355,7 +367,7 @@ class NkiEmitter:
             c = _plus(c0, str(u * k))
             self.line(f"nisa.nc_transpose(dst={tp}[0:{k}, {u * partitions}:{(u + 1) * partitions}], "
                       f"data={src_tile}[0:{partitions}, {c}:{c} + {k}])")
-        self.copy(f"{dst_tile}[0:{k}, {d0}:{d0} + {group * partitions}]", tp)
+        self.copy(f"{dst_tile}[0:{k}, {d0}:{d0} + {group * partitions}]", tp, engine)
 
     def _split(self, view: str) -> tuple[str, str]:
         """'t[0:P, a:b]' -> ('t', 'a + ') so block offsets can be added to the view's start."""
