@@ -42,12 +42,17 @@ def _nl(value) -> str:
     return repr(value)
 
 
+def _hardware(target: str):
+    from axon.targets.trainium.hardware import get_target
+
+    return get_target(target)
+
+
 def engine_clocks(target: str) -> dict[str, float]:
     """GHz of the engines the emitter places work on, from the hardware description."""
-    from axon.targets.trainium.hardware import get_target
     from axon.targets.trainium.trace import Engine
 
-    hw = get_target(target)
+    hw = _hardware(target)
     return {e.value: hw.engines[e].clock_ghz for e in (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)}
 
 
@@ -63,12 +68,14 @@ def _plus(*terms: str) -> str:
 
 class NkiEmitter:
     def __init__(self, dtype: str = "bfloat16", clocks: dict | None = None, scalar_copies: bool = False,
-                 immediate_bias: bool = True):
+                 immediate_bias: bool = True, vector_speedup=None):
         """`clocks`: GHz per engine name (for engine placement); `scalar_copies`: the Scalar Engine
         runs tensor_scalar and tensor_copy (NeuronCore-v3); `immediate_bias`: an activation's bias
-        may be a number (NeuronCore-v3; v2 takes a [P, 1] tile, nki_api)."""
+        may be a number (NeuronCore-v3; v2 takes a [P, 1] tile, nki_api); `vector_speedup`: the
+        target's HardwareDescription.vector_speedup (its Vector Engine performance mode)."""
         self.dtype = dtype
         self.clocks = clocks or engine_clocks("trn2")
+        self.vector_speedup = vector_speedup or _hardware("trn2").vector_speedup
         self.scalar_copies = scalar_copies
         self.immediate_bias = immediate_bias
         self.lines: list[str] = []
@@ -291,7 +298,9 @@ class NkiEmitter:
             per = {"vector": 1.0 if half and op in ("add", "sub", "subtract", "mul", "multiply") else 2.0,
                    "gpsimd": 2.0}
         else:
-            per = {"vector": 1.0, "gpsimd": 1.0, **({"scalar": 1.0} if self.scalar_copies else {})}
+            dt = self.dtype if half else "float32"
+            per = {"vector": 1.0 / self.vector_speedup(instruction, dt, dt, psum), "gpsimd": 1.0,
+                   **({"scalar": 1.0} if self.scalar_copies else {})}
         if instruction == "tensor_scalar":
             allowed = tensor_scalar_engines(op, op1)
             per = {e: c for e, c in per.items() if e in allowed}

@@ -144,6 +144,29 @@ class AccessRules:
 
 
 @dataclass(frozen=True)
+class VectorPerfMode:
+    """NeuronCore-v3's Vector Engine performance mode [arch trainium2_arch, "Vector Engine
+    Performance Mode"]: the hardware detects it, no kernel asks for it. tensor_copy and
+    tensor_scalar whose input and output are both bfloat16/float16 run 4x NeuronCore-v2's
+    throughput when both are in SBUF with the innermost free dimension contiguous, 2x when both
+    are in SBUF but strided, or contiguous with one of them in PSUM. (Its tensor_tensor 2x is the
+    [isa] fast path of COSTS, which every target has.)"""
+
+    opcodes: tuple = ("tensor_copy", "tensor_scalar")
+    dtypes: tuple = ("bfloat16", "float16")
+    sbuf_contiguous: float = 4.0
+    partial: float = 2.0
+
+    def speedup(self, opcode: str, in_dtype: str, out_dtype: str, psum: bool, contiguous: bool) -> float:
+        """How many times faster than the [isa] cost the streaming part of the instruction runs."""
+        if opcode not in self.opcodes or in_dtype not in self.dtypes or out_dtype not in self.dtypes:
+            return 1.0
+        if not psum:
+            return self.sbuf_contiguous if contiguous else self.partial
+        return self.partial if contiguous else 1.0
+
+
+@dataclass(frozen=True)
 class SchedulerRules:
     """What the model grants the Neuron compiler's instruction scheduler.
 
@@ -265,6 +288,13 @@ class HardwareDescription:
     # Fixed cost of one kernel launch (NEFF start and teardown) that neuron-profile's total_time
     # includes; reported as Estimate.launch_ns, outside latency_ns (see CALIBRATION).
     launch_ns: float = 0.0
+    vector_perf_mode: VectorPerfMode | None = None  # NeuronCore-v3 and later
+
+    def vector_speedup(self, opcode: str, in_dtype: str, out_dtype: str, psum: bool,
+                       contiguous: bool = True) -> float:
+        """The Vector Engine's performance-mode speed-up of one instruction (1.0 without it)."""
+        mode = self.vector_perf_mode
+        return mode.speedup(opcode, in_dtype, out_dtype, psum, contiguous) if mode else 1.0
 
     def clock_ghz(self, engine: Engine) -> float:
         return self.engines[engine].clock_ghz
@@ -338,6 +368,7 @@ TRN2 = HardwareDescription(
     hbm_bytes_per_ns=2900.0 / 8,
     # 79 TFLOPS bf16, 158 fp8 (double_row performance mode), 20 fp32 per core [arch].
     tensor_peak_flops={DType.HALF: _peak(2.4), DType.FP8: 2 * _peak(2.4), DType.FP32: _peak(2.4) / 4},
+    vector_perf_mode=VectorPerfMode(),
 )
 
 # Parameters fitted to the calibration set (shared/fidelity.md), each with the rows it came from;

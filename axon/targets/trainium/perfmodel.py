@@ -223,6 +223,16 @@ def _fast(ins: Instruction, when: FastPath) -> bool:
     return False
 
 
+def _perf_mode(ins: Instruction, hw: HardwareDescription) -> float:
+    """The Vector Engine performance mode's speed-up of `ins` (hardware.VectorPerfMode)."""
+    ex = ins.extra
+    out = ex.get("out_dtype", ins.dtype)
+    psum = any(r.memory is Memory.PSUM for r in ins.reads + ins.writes)
+    # the mode's dtypes are 2-byte ones: contiguous output is a 2-byte innermost stride
+    contiguous = ex.get("contiguous", True) and ex.get("out_stride_bytes", 2) == 2
+    return hw.vector_speedup(ins.opcode, ins.dtype, out, psum, contiguous)
+
+
 def compute_cycles(ins: Instruction, hw: HardwareDescription, back_to_back: bool = False) -> float:
     """Engine cycles of one compute instruction (formula + access start + static overhead)."""
     f = hw.cost(ins.opcode, ins.engine)
@@ -235,6 +245,8 @@ def compute_cycles(ins: Instruction, hw: HardwareDescription, back_to_back: bool
     else:
         n = ins.free_elems
     stream = (f.fast_mult if _fast(ins, f.fast_when) else f.mult) * n
+    if ins.engine is Engine.VECTOR:
+        stream /= _perf_mode(ins, hw)
     acc = hw.access
     if max(ins.extra.get("free_stride_bytes", 0), ins.extra.get("out_stride_bytes", 0)) >= acc.wide_stride_bytes:
         stream *= acc.wide_stride_slowdown  # half the SBUF/PSUM bandwidth on a wide innermost stride

@@ -47,7 +47,7 @@ class TrainiumTarget:
         from axon.targets.trainium.emitter import NkiEmitter, engine_clocks
 
         return NkiEmitter(dtype, engine_clocks(self.name), scalar_copies=self.engine_balance,
-                          immediate_bias=self.name != "trn1")
+                          immediate_bias=self.name != "trn1", vector_speedup=self.hw.vector_speedup)
 
     def synthesizer(self):
         """The synthesis stage over this target's instruction specs: the only source of lowerings

@@ -385,6 +385,26 @@ def test_tensor_reduce_halves_only_bf16_to_bf16():
     assert red("float32") == 1024 + 60
 
 
+def test_trn2_vector_performance_mode_speeds_up_half_copies_and_tensor_scalar():
+    def copy(hw, opcode="tensor_copy", dtype="bfloat16", out="bfloat16", psum=False, contiguous=True,
+             engine=Engine.VECTOR):
+        t = Trace()
+        s = t.buf()
+        src = t.ps(s, 2048) if psum else t.sb(s, 2048)
+        t.op(opcode, engine, [src], [t.sb(t.buf(), 2048)], n=1024, dtype=dtype, out_dtype=out,
+             contiguous=contiguous, out_stride_bytes=2)
+        return compute_cycles(t.ins[0], hw)
+    assert copy(TRN1) == 1024 + 60  # NeuronCore-v2 has no performance mode
+    assert copy(TRN2) == 1024 / 4 + 60  # SBUF in and out, half, contiguous: 4x
+    assert copy(TRN2, "tensor_scalar", dtype="float16") == 1024 / 4 + 60
+    assert copy(TRN2, psum=True) == 1024 / 2 + 60  # one side in PSUM: 2x
+    assert copy(TRN2, contiguous=False) == 1024 / 2 + 60  # strided SBUF: 2x
+    assert copy(TRN2, psum=True, contiguous=False) == 1024 + 60
+    assert copy(TRN2, out="float32") == copy(TRN2, dtype="float32") == 1024 + 60  # fp32 on either side
+    assert copy(TRN2, engine=Engine.GPSIMD) == 1024 + 60  # the Vector Engine's mode only
+    assert copy(TRN2, "tensor_reduce") == 1024 + 60  # not one of its instructions
+
+
 def test_a_wide_innermost_stride_halves_the_streaming_rate():
     def act(stride):
         t = Trace()
