@@ -9,7 +9,9 @@ tiles, so about half), at least:
 - one read of the element by the row max on the Vector Engine (tensor_reduce; the scores are fp32,
   so not its bf16 fast path);
 - one PSUM -> SBUF copy of the probabilities, transposed on the Tensor Engine so that the P @ V
-  contraction lies on the partitions (nc_matmul operands live in SBUF), on ScalarE or VectorE.
+  contraction lies on the partitions (nc_matmul operands live in SBUF), on ScalarE or VectorE
+  (VectorE at its performance-mode rate where the target has one: a bf16 copy out of PSUM, 2x on
+  trn2).
 Each costs the hardware description's cycles per element per partition (hardware.COSTS) at that
 engine's clock, 128 partitions at a time. The exp alone is a floor on ScalarE; ScalarE and VectorE
 together must do all three, so their combined work over two engines is a floor on the kernel.
@@ -54,7 +56,9 @@ def floors(name: str, sizes: dict, target: str) -> dict:
     per_partition = heads * visible / 128
     exp = per_partition * per_element_ns(hw, "activation", Engine.SCALAR)
     row_max = per_partition * per_element_ns(hw, "tensor_reduce", Engine.VECTOR)
-    copy = per_partition * min(per_element_ns(hw, "tensor_copy", e) for e in (Engine.SCALAR, Engine.VECTOR))
+    vector_copy = per_element_ns(hw, "tensor_copy", Engine.VECTOR) / hw.vector_speedup(
+        "tensor_copy", "bfloat16", "bfloat16", psum=True)
+    copy = per_partition * min(per_element_ns(hw, "tensor_copy", Engine.SCALAR), vector_copy)
     tensor = heads * visible / (128 * 512) * tensor_block_ns(hw, sizes.get("d", 128))
     return {"roofline": roof, "exp": exp, "max": row_max, "copy": copy, "two_engines": (exp + row_max + copy) / 2,
             "tensor": tensor}

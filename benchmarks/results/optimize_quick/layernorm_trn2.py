@@ -5,7 +5,7 @@ rewrites: propagate mul (operand 0) into div: degree 1 onto operand 0 (each prov
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   sum, div, sub, mul, mul, sum, div, add, sqrt, div, add; row tile 128 x block 1
 lowerings: add (synthesis, proved), div (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0311, 1.00 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.103, 0.95 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -26,7 +26,7 @@ def layernorm(x, g, b):
     nisa.memset(dst=ones, value=1.0)
     b_row = nl.ndarray((1, 4096), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=b_row, src=b.reshape((1, 4096)))
-    b_rows = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+    b_rows = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
     for i_c in nl.affine_range(8):
         bc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=bc, stationary=ones, moving=b_row[0:1, nl.ds(i_c * 512, 512)])
@@ -35,7 +35,7 @@ def layernorm(x, g, b):
     nisa.memset(dst=ones1, value=1.0)
     g_row = nl.ndarray((1, 4096), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=g_row, src=g.reshape((1, 4096)))
-    g_rows = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+    g_rows = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
     for i_c in nl.affine_range(8):
         bc1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=bc1, stationary=ones1, moving=g_row[0:1, nl.ds(i_c * 512, 512)])
@@ -46,11 +46,11 @@ def layernorm(x, g, b):
         nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_rb * 128, 128), 0:4096])
         add1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         # sum, div, sub, mul, mul, sum, div, add, sqrt, div, add: 8 instruction(s), proved; fused activation_reduce+tensor_scalar->tensor_scalar_reduce, activation+activation_reduce->activation_reduce, tensor_scalar+activation->tensor_scalar
-        t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         t1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=x_t[0:128, 0:4096], operand0=4096.0, op0=nl.divide, reduce_op=nl.add)
         nisa.tensor_scalar(dst=t[0:128, 0:4096], data=x_t[0:128, 0:4096], operand0=t1[0:128, 0:1], op0=nl.subtract)
-        t2 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        t2 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=t2[0:128, 0:4096], data1=t[0:128, 0:4096], data2=g_rows[0:128, 0:4096], op=nl.multiply, engine=nisa.engine.gpsimd)
         nisa.activation_reduce(dst=t[0:128, 0:4096], reduce_res=t1[0:128, 0:1], data=t[0:128, 0:4096], op=nl.square, reduce_op=nl.add)
         nisa.tensor_scalar(dst=t1[0:128, 0:1], data=t1[0:128, 0:1], operand0=4096.0, operand1=1e-06, op0=nl.divide, op1=nl.add)

@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   max, sub, exp, sum, div; row tile 128 x block 1
 lowerings: div (synthesis, proved), exp (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 4.17e-05, 0.99 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 4.17e-05, 0.22 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -26,7 +26,7 @@ def softmax(x):
         # max, sub, exp, sum, div: 3 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
         t = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=t[0:128, 0:1], data=x_t[0:128, 0:4096], op=nl.maximum, negate=True, axis=1)
-        t1 = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        t1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
         t2 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation_reduce(dst=t1[0:128, 0:4096], reduce_res=t2[0:128, 0:1], data=x_t[0:128, 0:4096], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
         nisa.tensor_scalar(dst=div1[0:128, 0:4096], data=t1[0:128, 0:4096], operand0=t2[0:128, 0:1], op0=nl.divide)
