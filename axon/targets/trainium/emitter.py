@@ -355,6 +355,7 @@ class NkiEmitter:
         self.tile_mem[probe], self.tile_dtype[probe] = "psum", dt
         placed = [self._engine("tensor_copy", [probe], f"{dst_tile}[0:{k}, 0:{group * partitions}]",
                                 group * partitions) for _ in range(full)]
+        del self.tile_mem[probe], self.tile_dtype[probe]
         for engine, run in itertools.groupby(range(full), key=placed.__getitem__):
             run = list(run)
             with self.loop("i_q", full, only=range(run[0], run[-1] + 1), runs=len(run)):
