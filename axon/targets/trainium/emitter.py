@@ -24,6 +24,7 @@ from axon.semantics.scalar import ScalarOp
 from axon.targets.trainium.isa import nki_name
 from axon.targets.trainium.nki_api import tensor_scalar_engines
 from axon.targets.trainium.tidy import tidy
+from axon.targets.trainium.trace import Engine
 from axon.tiling.positions import Predicate
 
 _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
@@ -48,14 +49,6 @@ def _hardware(target: str):
     return get_target(target)
 
 
-def engine_clocks(target: str) -> dict[str, float]:
-    """GHz of the engines the emitter places work on, from the hardware description."""
-    from axon.targets.trainium.trace import Engine
-
-    hw = _hardware(target)
-    return {e.value: hw.engines[e].clock_ghz for e in (Engine.VECTOR, Engine.GPSIMD, Engine.SCALAR)}
-
-
 def _idle() -> dict[str, float]:
     return {"vector": 0.0, "gpsimd": 0.0, "scalar": 0.0}
 
@@ -67,15 +60,14 @@ def _plus(*terms: str) -> str:
 
 
 class NkiEmitter:
-    def __init__(self, dtype: str = "bfloat16", clocks: dict | None = None, scalar_copies: bool = False,
-                 immediate_bias: bool = True, vector_speedup=None):
-        """`clocks`: GHz per engine name (for engine placement); `scalar_copies`: the Scalar Engine
-        runs tensor_scalar and tensor_copy (NeuronCore-v3); `immediate_bias`: an activation's bias
-        may be a number (NeuronCore-v3; v2 takes a [P, 1] tile, nki_api); `vector_speedup`: the
-        target's HardwareDescription.vector_speedup (its Vector Engine performance mode)."""
+    def __init__(self, dtype: str = "bfloat16", hw=None, scalar_copies: bool = False,
+                 immediate_bias: bool = True):
+        """`hw`: the target's HardwareDescription (engine placement costs instructions by it;
+        trn2's by default); `scalar_copies`: the Scalar Engine runs tensor_scalar and tensor_copy
+        (NeuronCore-v3); `immediate_bias`: an activation's bias may be a number (NeuronCore-v3;
+        v2 takes a [P, 1] tile, nki_api)."""
         self.dtype = dtype
-        self.clocks = clocks or engine_clocks("trn2")
-        self.vector_speedup = vector_speedup or _hardware("trn2").vector_speedup
+        self.hw = hw or _hardware("trn2")
         self.scalar_copies = scalar_copies
         self.immediate_bias = immediate_bias
         self.lines: list[str] = []
@@ -258,18 +250,23 @@ class NkiEmitter:
         tail = stop.rsplit("+ ", 1)[-1]
         return int(tail) if tail.isdigit() else 512
 
-    # instructions only one engine runs, with their cycles per element: they load it too
-    _FIXED = {"tensor_reduce": ("vector", 1.0), "scalar_tensor_tensor": ("vector", 2.0),
-              "tensor_tensor_scan": ("vector", 2.0), "tensor_scalar_reduce": ("vector", 1.0),
-              "activation": ("scalar", 1.0), "activation_reduce": ("scalar", 1.0),
-              "affine_select": ("gpsimd", 1.0)}
+    # instructions only one engine runs: they load it too
+    _FIXED = {"tensor_reduce": "vector", "scalar_tensor_tensor": "vector", "tensor_tensor_scan": "vector",
+              "tensor_scalar_reduce": "vector", "activation": "scalar", "activation_reduce": "scalar",
+              "affine_select": "gpsimd"}
     _READS_DATA = ("tensor_reduce", "tensor_scalar_reduce", "activation_reduce")  # N is the input's width
     _DST = re.compile(r"^nisa\.(\w+)\(dst=(\w+\[0:\d+, [^\]]+\])")
 
-    def _charge(self, engine: str, cycles: float) -> None:
+    def _ns(self, instruction: str, engine: str, width: int, fast: bool = False, speedup: float = 1.0) -> float:
+        """The time of one instruction on `engine` (the hardware description's cost), times the
+        loop trips around it."""
+        return self.trips * self.hw.instruction_ns(instruction, Engine(engine), width, fast, speedup)
+
+    def _charge(self, instruction: str, width: int, fast: bool = False) -> None:
         if self._fixed_known:
             return
-        ns = self.trips * (60 + cycles) / self.clocks[engine]
+        engine = self._FIXED[instruction]
+        ns = self._ns(instruction, engine, width, fast)
         self.load[engine] += ns
         self.fixed[self.region][engine] += ns
 
@@ -282,8 +279,7 @@ class NkiEmitter:
             if m.group(1) in self._READS_DATA:
                 src = re.search(r"data=(\w+\[0:\d+, [^\]]+\])", text)
                 width = self._width(src.group(1)) if src else width
-            engine, per = self._FIXED[m.group(1)]
-            self._charge(engine, per * width)
+            self._charge(m.group(1), width)
 
     def _engine(self, instruction: str, reads: list, dst: str, width: int, op: str = "",
                 op1: str | None = None) -> str:
@@ -294,20 +290,22 @@ class NkiEmitter:
         tiles = [self._base(x) for x in reads + [dst] if isinstance(x, str)]
         psum = any(self.tile_mem.get(t) == "psum" for t in tiles)
         half = self.dtype in ("bfloat16", "float16") and all(self.tile_dtype.get(t) == "kernel" for t in tiles)
-        if instruction == "tensor_tensor":
-            per = {"vector": 1.0 if half and op in ("add", "sub", "subtract", "mul", "multiply") else 2.0,
-                   "gpsimd": 2.0}
+        fast, speedup = False, 1.0
+        engines = ["vector", "gpsimd"]
+        if instruction == "tensor_tensor":  # its Vector Engine fast path [isa]
+            fast = psum or (half and op in ("add", "sub", "subtract", "mul", "multiply"))
         else:
             dt = self.dtype if half else "float32"
-            per = {"vector": 1.0 / self.vector_speedup(instruction, dt, dt, psum), "gpsimd": 1.0,
-                   **({"scalar": 1.0} if self.scalar_copies else {})}
+            speedup = self.hw.vector_speedup(instruction, dt, dt, psum)
+            engines += ["scalar"] if self.scalar_copies else []
         if instruction == "tensor_scalar":
             allowed = tensor_scalar_engines(op, op1)
-            per = {e: c for e, c in per.items() if e in allowed}
+            engines = [e for e in engines if e in allowed]
         if psum:
-            per.pop("gpsimd", None)  # GpSimd cannot reach PSUM
-        cost = {e: self.trips * (60 + per[e] * width) / self.clocks[e] for e in per}
-        best = min(per, key=lambda e: (self.load[e] + cost[e], e != "vector"))
+            engines = [e for e in engines if e != "gpsimd"]  # GpSimd cannot reach PSUM
+        vector_rate = {"fast": fast, "speedup": speedup}  # the fast path and perf mode are VectorE's
+        cost = {e: self._ns(instruction, e, width, **(vector_rate if e == "vector" else {})) for e in engines}
+        best = min(engines, key=lambda e: (self.load[e] + cost[e], e != "vector"))
         self.load[best] += cost[best]
         # the compiler puts an engine-less PSUM read on ScalarE (an evacuation), so say Vector
         return "" if best == "vector" and not psum else f", engine=nisa.engine.{best}"
@@ -455,11 +453,10 @@ class NkiEmitter:
                          self._width(str(operands[data.index])) if data.kind == "operand" else 1)
             else:
                 width = max((width_of(w) for (j, _), w in prog.widths.items() if j == i), default=1)
-            engine, per = self._FIXED[st.instruction]
-            if data is not None and self.dtype == "bfloat16" and \
-                    self._max_in_kernel_dtype(st, [self._arg_kind(data, operands, width)]):
-                per /= 2  # bf16 in and out: tensor_reduce's double rate [isa]
-            self._charge(engine, per * width)
+            # bf16 in and out: tensor_reduce's double rate [isa]
+            fast = data is not None and self.dtype == "bfloat16" and \
+                self._max_in_kernel_dtype(st, [self._arg_kind(data, operands, width)])
+            self._charge(st.instruction, width, fast)
 
     def _arg_kind(self, arg, operands, width: int) -> str | None:
         """'kernel' or 'f32': the dtype a program's argument has (a temporary's is alloc's rule)."""

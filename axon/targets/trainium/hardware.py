@@ -299,6 +299,25 @@ class HardwareDescription:
     def clock_ghz(self, engine: Engine) -> float:
         return self.engines[engine].clock_ghz
 
+    def issue_cycles(self, engine: Engine, cycles: float, size: int, back_to_back: bool = False) -> float:
+        """An instruction's engine cycles from its formula's `cycles`: plus the engine's access
+        start, and the static overhead when it streams few elements per partition (`size`) or
+        waits on the instruction just before it."""
+        cycles += self.engines[engine].access_start_cycles
+        if size < self.overhead.small_n_threshold or back_to_back:
+            cycles += self.overhead.static_cycles
+        return cycles
+
+    def instruction_ns(self, opcode: str, engine: Engine, size: int, fast: bool = False,
+                       speedup: float = 1.0) -> float:
+        """Time of one Vector/Scalar/GpSimd instruction of `size` elements per partition by its
+        formula (`fast`: its fast path applies; `speedup`: the performance mode's) and the
+        overheads of `issue_cycles`: what the performance model charges a contiguous bf16/fp32
+        instruction, for placement decisions made before there is a trace."""
+        f = self.cost(opcode, engine)
+        stream = (f.fast_mult if fast else f.mult) * size / speedup
+        return self.issue_cycles(engine, max(float(f.floor), stream) + f.add, size) / self.clock_ghz(engine)
+
     def cost(self, opcode: str, engine: Engine | None = None) -> CostFormula:
         """The opcode's formula; an "opcode@engine" entry, where the docs give one, wins."""
         if engine is not None:

@@ -255,10 +255,7 @@ def compute_cycles(ins: Instruction, hw: HardwareDescription, back_to_back: bool
         cycles *= f.fp32_mult
     if ins.extra.get("perf_mode") == "double_row":  # FP8 double-row mode, v3 only [isa]
         cycles /= 2
-    cycles += f.add + hw.engines[ins.engine].access_start_cycles
-    if size < hw.overhead.small_n_threshold or back_to_back:
-        cycles += hw.overhead.static_cycles
-    return cycles
+    return hw.issue_cycles(ins.engine, cycles + f.add, size, back_to_back)
 
 
 def matmul_flops(ins: Instruction) -> int:

@@ -44,10 +44,10 @@ class TrainiumTarget:
                       accum_bank_bytes=m.psum_bank_bytes, accum_banks=m.psum_banks)
 
     def emitter(self, dtype: str):
-        from axon.targets.trainium.emitter import NkiEmitter, engine_clocks
+        from axon.targets.trainium.emitter import NkiEmitter
 
-        return NkiEmitter(dtype, engine_clocks(self.name), scalar_copies=self.engine_balance,
-                          immediate_bias=self.name != "trn1", vector_speedup=self.hw.vector_speedup)
+        return NkiEmitter(dtype, self.hw, scalar_copies=self.engine_balance,
+                          immediate_bias=self.name != "trn1")
 
     def synthesizer(self):
         """The synthesis stage over this target's instruction specs: the only source of lowerings

@@ -92,6 +92,25 @@ def test_engine_clocks_turn_cycles_into_ns():
     assert v2 == pytest.approx((1024 + 60) / 0.96)
 
 
+@pytest.mark.parametrize("hw", [TRN1, TRN2])
+@pytest.mark.parametrize("opcode,engine,width", [
+    ("tensor_copy", Engine.VECTOR, 16),  # under MIN_II, and the small-N static overhead
+    ("tensor_copy", Engine.SCALAR, 2048),
+    ("tensor_tensor", Engine.GPSIMD, 40),
+    ("tensor_reduce", Engine.VECTOR, 512),  # no MIN_II floor
+    ("activation_reduce", Engine.SCALAR, 512),  # MIN_II more for the reduction
+])
+def test_the_emitters_placement_costs_are_the_models(hw, opcode, engine, width):
+    """The emitter places flexible instructions by the hardware description's cost of each
+    (HardwareDescription.instruction_ns): the time the model then charges the instruction."""
+    from axon.targets.trainium.emitter import NkiEmitter
+
+    t = Trace()
+    a, b = t.buf(), t.buf()
+    t.op(opcode, engine, [t.sb(a, 4 * width)], [t.sb(b, 4 * width)], n=width)
+    assert NkiEmitter("float32", hw)._ns(opcode, engine.value, width) == pytest.approx(estimate(t.ins, hw).latency_ns)
+
+
 # ----- scheduling --------------------------------------------------------------------------------
 
 def test_independent_engines_overlap_and_dependencies_serialise():
