@@ -131,34 +131,22 @@ def check_call(api: Api, args: tuple, kwargs: dict, facts: Facts, target: str,
     """What is wrong with calling `api` with these arguments under NKI_VERSION (empty: nothing).
     `hardware_only`: only what no compiler can make right (GpSimd has no path to PSUM)."""
     call = f"nki.{api.module}.{api.name}"
+    bound, problems = _bind(call, api, args, kwargs)
+    engine = facts.name(bound["engine"]) if "engine" in bound else None
+    on = engine if engine and engine != "unknown" else api.runs_on
     if hardware_only:
-        return [p for p in check_call(api, args, kwargs, facts, target) if "GpSimd cannot access" in p]
-    problems = []
-    if len(args) > len(api.params):
-        problems.append(f"{call} takes {len(api.params)} arguments, got {len(args)} positional")
-    bound = dict(zip(api.params, args))
-    for k, v in kwargs.items():
-        if k not in api.params:
-            problems.append(f"{call} has no parameter {k!r} in NKI {NKI_VERSION} (its parameters: "
-                            f"{', '.join(api.params)})")
-        elif k in bound:
-            problems.append(f"{call} got {k!r} twice")
-        else:
-            bound[k] = v
+        return _psum_on_gpsimd(call, api, bound, facts, on)
     missing = [p for p in api.params[:api.required] if p not in bound]
     if missing:
         problems.append(f"{call} needs {', '.join(missing)}")
-    engine = facts.name(bound["engine"]) if "engine" in bound else None
     if engine and api.engines and engine not in api.engines:
         problems.append(f"{call} runs on {' or '.join(sorted(api.engines - {'unknown'}))}, not engine.{engine}")
-    on = engine if engine and engine != "unknown" else api.runs_on
     for p, allowed in api.tiles.items():
         mem = facts.memory(bound.get(p))
         if mem is not None and mem not in allowed:
             problems.append(f"{call}: {p} is in {mem.upper()}; it must be in "
                             f"{' or '.join(m.upper() for m in sorted(allowed))}")
-        if on == "gpsimd" and mem == PSUM:
-            problems.append(f"{call} on GpSimd: {p} is in PSUM, which GpSimd cannot access")
+    problems += _psum_on_gpsimd(call, api, bound, facts, on)
     if api.name == "tensor_scalar" and engine in ("scalar", "gpsimd"):
         op0, op1 = facts.name(bound.get("op0")), facts.name(bound.get("op1"))
         if op0 and engine not in tensor_scalar_engines(op0, op1):
@@ -178,6 +166,31 @@ def check_call(api: Api, args: tuple, kwargs: dict, facts: Facts, target: str,
         if dt and "." not in dt and dt != "float32":
             problems.append(f"{call}: dst is {dt}; it must be float32 before NeuronCore-v4")
     return problems
+
+
+def _bind(call: str, api: Api, args: tuple, kwargs: dict) -> tuple[dict, list[str]]:
+    """The call's arguments by parameter name, and what is wrong with how they were passed."""
+    problems = []
+    if len(args) > len(api.params):
+        problems.append(f"{call} takes {len(api.params)} arguments, got {len(args)} positional")
+    bound = dict(zip(api.params, args))
+    for k, v in kwargs.items():
+        if k not in api.params:
+            problems.append(f"{call} has no parameter {k!r} in NKI {NKI_VERSION} (its parameters: "
+                            f"{', '.join(api.params)})")
+        elif k in bound:
+            problems.append(f"{call} got {k!r} twice")
+        else:
+            bound[k] = v
+    return bound, problems
+
+
+def _psum_on_gpsimd(call: str, api: Api, bound: dict, facts: Facts, on: Optional[str]) -> list[str]:
+    """A tile in PSUM given to an instruction that runs on GpSimd, which has no path to PSUM."""
+    if on != "gpsimd":
+        return []
+    return [f"{call} on GpSimd: {p} is in PSUM, which GpSimd cannot access"
+            for p in api.tiles if facts.memory(bound.get(p)) == PSUM]
 
 
 def _differ(a: Optional[str], b: Optional[str]) -> bool:
