@@ -3,9 +3,9 @@
 sizes:    m=128, n=512
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   cumsum; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
+pass 1:   cumsum; row tile 128 x block 1
 lowerings: cumsum (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.125, 1.00 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -14,17 +14,17 @@ import nki.language as nl
 
 @nki.jit
 def cumsum(x):
+    assert tuple(x.shape) == (128, 512), f"x: expected shape (128, 512), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
     DT = x.dtype
     const = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=const, value=0.0)
     out = nl.ndarray((128, 512), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: cumsum  (rows 128 x 1 per block, n_tile 512, n_block all)
-    i_rb = 0
-    i_r = 0
+    # pass 1: cumsum  (rows 128 x 1 per block)
     x_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
+    nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[0:128, 0:512])
     cumsum1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
     # cumsum: 1 instruction(s), proved
     nisa.tensor_tensor_scan(dst=cumsum1[0:128, 0:512], data0=x_t[0:128, 0:512], data1=const[0:128, 0:512], initial=0.0, op0=nl.add, op1=nl.add)
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=cumsum1[0:128, 0:512])
+    nisa.dma_copy(dst=out[0:128, 0:512], src=cumsum1[0:128, 0:512])
     return out

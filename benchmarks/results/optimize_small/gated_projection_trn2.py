@@ -6,6 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul, silu, matmul, mul; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 6.71, 0.95 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -14,42 +15,38 @@ import nki.language as nl
 
 @nki.jit
 def gated_projection(x, w1, w2):
+    assert tuple(x.shape) == (128, 256), f"x: expected shape (128, 256), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
+    assert tuple(w1.shape) == (256, 512), f"w1: expected shape (256, 512), got {w1.shape}"
+    assert w1.dtype == nl.bfloat16, f"w1: expected bfloat16, got {w1.dtype}"
+    assert tuple(w2.shape) == (256, 512), f"w2: expected shape (256, 512), got {w2.shape}"
+    assert w2.dtype == nl.bfloat16, f"w2: expected bfloat16, got {w2.dtype}"
     DT = x.dtype
     out = nl.ndarray((128, 512), dtype=DT, buffer=nl.shared_hbm)
     # pass 1: matmul, silu, matmul, mul  (rows 128 x 1 per block, n_tile 512, n_block all)
-    i_rb = 0
     lhsT = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-    i_r = 0
     x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:256])
-    i_q = 0
+    nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[0:128, 0:256])
     tp = nl.ndarray((128, 256), dtype=DT, buffer=nl.psum)
-    nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, i_q * 256:i_q * 256 + 128])
-    nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, i_q * 256 + 128:i_q * 256 + 128 + 128])
-    nisa.tensor_copy(dst=lhsT[0:128, i_r * 256:i_r * 256 + 256], src=tp)
-    i_nb = 0
+    nisa.nc_transpose(dst=tp[0:128, 0:128], data=x_t[0:128, 0:128])
+    nisa.nc_transpose(dst=tp[0:128, 128:256], data=x_t[0:128, 128:256])
+    nisa.tensor_copy(dst=lhsT[0:128, 0:256], src=tp, engine=nisa.engine.vector)
     w = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
     for i_kt in nl.affine_range(2):
-        nisa.dma_copy(dst=w[0:128, i_kt * 512:i_kt * 512 + 512], src=w1[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
+        nisa.dma_copy(dst=w[0:128, nl.ds(i_kt * 512, 512)], src=w1[nl.ds(i_kt * 128, 128), 0:512])
     w3 = nl.ndarray((128, 1024), dtype=DT, buffer=nl.sbuf)
     for i_kt in nl.affine_range(2):
-        nisa.dma_copy(dst=w3[0:128, i_kt * 512:i_kt * 512 + 512], src=w2[i_kt * 128:i_kt * 128 + 128, i_nb * 512:i_nb * 512 + 512])
-    i_r = 0
+        nisa.dma_copy(dst=w3[0:128, nl.ds(i_kt * 512, 512)], src=w2[nl.ds(i_kt * 128, 128), 0:512])
     o = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    i_nt = 0
     acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-    nisa.memset(dst=acc, value=0.0)
     for i_kt in nl.affine_range(2):
-        nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, i_r * 256 + i_kt * 128:i_r * 256 + i_kt * 128 + 128], moving=w[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
+        nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, nl.ds(i_kt * 128, 128)], moving=w[0:128, nl.ds(i_kt * 512, 512)])
     acc1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-    nisa.memset(dst=acc1, value=0.0)
     for i_kt in nl.affine_range(2):
-        nisa.nc_matmul(dst=acc1[0:128, 0:512], stationary=lhsT[0:128, i_r * 256 + i_kt * 128:i_r * 256 + i_kt * 128 + 128], moving=w3[0:128, i_kt * 512 + i_nt * 512:i_kt * 512 + i_nt * 512 + 512])
-    mul1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_matmul(dst=acc1[0:128, 0:512], stationary=lhsT[0:128, nl.ds(i_kt * 128, 128)], moving=w3[0:128, nl.ds(i_kt * 512, 512)])
     # silu, mul: 2 instruction(s), proved
     t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=t[0:128, 0:512], data=acc[0:128, 0:512], op=nl.silu)
-    nisa.tensor_tensor(dst=mul1[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply)
-    nisa.tensor_copy(dst=o[0:128, i_nt * 512:i_nt * 512 + 512], src=mul1[0:128, 0:512], engine=nisa.engine.gpsimd)
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_nb * 512:i_nb * 512 + 512], src=o[0:128, 0:512])
+    nisa.tensor_tensor(dst=o[0:128, 0:512], data1=t[0:128, 0:512], data2=acc1[0:128, 0:512], op=nl.multiply, engine=nisa.engine.vector)
+    nisa.dma_copy(dst=out[0:128, 0:512], src=o[0:128, 0:512])
     return out

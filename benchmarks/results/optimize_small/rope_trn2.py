@@ -3,9 +3,9 @@
 sizes:    m=128, h=64
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
+pass 1:   mul, mul, sub, mul, mul, add; row tile 128 x block 1
 lowerings: add (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0308, 0.91 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -14,29 +14,33 @@ import nki.language as nl
 
 @nki.jit
 def rope(x, cos, sin):
+    assert tuple(x.shape) == (128, 128), f"x: expected shape (128, 128), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
+    assert tuple(cos.shape) == (128, 64), f"cos: expected shape (128, 64), got {cos.shape}"
+    assert cos.dtype == nl.bfloat16, f"cos: expected bfloat16, got {cos.dtype}"
+    assert tuple(sin.shape) == (128, 64), f"sin: expected shape (128, 64), got {sin.shape}"
+    assert sin.dtype == nl.bfloat16, f"sin: expected bfloat16, got {sin.dtype}"
     DT = x.dtype
     out0 = nl.ndarray((128, 64), dtype=DT, buffer=nl.shared_hbm)
     out1 = nl.ndarray((128, 64), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 1 per block, n_tile 512, n_block all)
-    i_rb = 0
-    i_r = 0
+    # pass 1: mul, mul, sub, mul, mul, add  (rows 128 x 1 per block)
     x_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x_t[0:128, 0:128], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:128])
+    nisa.dma_copy(dst=x_t[0:128, 0:128], src=x[0:128, 0:128])
     cos_t = nl.ndarray((128, 64), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=cos_t[0:128, 0:64], src=cos[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:64])
+    nisa.dma_copy(dst=cos_t[0:128, 0:64], src=cos[0:128, 0:64])
     sin_t = nl.ndarray((128, 64), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=sin_t[0:128, 0:64], src=sin[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:64])
+    nisa.dma_copy(dst=sin_t[0:128, 0:64], src=sin[0:128, 0:64])
     sub1 = nl.ndarray((128, 64), dtype=DT, buffer=nl.sbuf)
     add1 = nl.ndarray((128, 64), dtype=DT, buffer=nl.sbuf)
     # mul, mul, sub, mul, mul, add: 6 instruction(s), proved
-    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=t[0:128, 0:64], data1=x_t[0:128, 0:128:2], data2=cos_t[0:128, 0:64], op=nl.multiply, engine=nisa.engine.gpsimd)
-    t1 = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=t1[0:128, 0:64], data1=x_t[0:128, 1:128:2], data2=sin_t[0:128, 0:64], op=nl.multiply)
-    nisa.tensor_tensor(dst=sub1[0:128, 0:64], data1=t[0:128, 0:64], data2=t1[0:128, 0:64], op=nl.subtract, engine=nisa.engine.gpsimd)
-    nisa.tensor_tensor(dst=t[0:128, 0:64], data1=x_t[0:128, 1:128:2], data2=cos_t[0:128, 0:64], op=nl.multiply)
-    nisa.tensor_tensor(dst=t1[0:128, 0:64], data1=x_t[0:128, 0:128:2], data2=sin_t[0:128, 0:64], op=nl.multiply, engine=nisa.engine.gpsimd)
-    nisa.tensor_tensor(dst=add1[0:128, 0:64], data1=t[0:128, 0:64], data2=t1[0:128, 0:64], op=nl.add)
-    nisa.dma_copy(dst=out0[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:64], src=sub1[0:128, 0:64])
-    nisa.dma_copy(dst=out1[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:64], src=add1[0:128, 0:64])
+    t = nl.ndarray((128, 64), dtype=DT, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=t[0:128, 0:64], data1=x_t[0:128, 0:128:2], data2=cos_t[0:128, 0:64], op=nl.multiply)
+    t1 = nl.ndarray((128, 64), dtype=DT, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=t1[0:128, 0:64], data1=x_t[0:128, 1:128:2], data2=sin_t[0:128, 0:64], op=nl.multiply, engine=nisa.engine.gpsimd)
+    nisa.tensor_tensor(dst=sub1[0:128, 0:64], data1=t[0:128, 0:64], data2=t1[0:128, 0:64], op=nl.subtract)
+    nisa.tensor_tensor(dst=t[0:128, 0:64], data1=x_t[0:128, 1:128:2], data2=cos_t[0:128, 0:64], op=nl.multiply, engine=nisa.engine.gpsimd)
+    nisa.tensor_tensor(dst=t1[0:128, 0:64], data1=x_t[0:128, 0:128:2], data2=sin_t[0:128, 0:64], op=nl.multiply)
+    nisa.tensor_tensor(dst=add1[0:128, 0:64], data1=t[0:128, 0:64], data2=t1[0:128, 0:64], op=nl.add, engine=nisa.engine.gpsimd)
+    nisa.dma_copy(dst=out0[0:128, 0:64], src=sub1[0:128, 0:64])
+    nisa.dma_copy(dst=out1[0:128, 0:64], src=add1[0:128, 0:64])
     return out0, out1

@@ -3,9 +3,9 @@
 sizes:    m=128, n=512
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   silu; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128, 2 column chunks per row tile
+pass 1:   silu; row tile 128 x block 1
 lowerings: silu (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.00779, 0.98 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -14,16 +14,15 @@ import nki.language as nl
 
 @nki.jit
 def silu(x):
+    assert tuple(x.shape) == (128, 512), f"x: expected shape (128, 512), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
     DT = x.dtype
     out = nl.ndarray((128, 512), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: silu  (rows 128 x 1 per block, n_tile 512, n_block all)
-    i_rb = 0
-    i_r = 0
-    for i_c in nl.affine_range(2):
-        x_t = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_t[0:128, 0:256], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 256:i_c * 256 + 256])
-        silu1 = nl.ndarray((128, 256), dtype=DT, buffer=nl.sbuf)
-        # silu: 1 instruction(s), proved
-        nisa.activation(dst=silu1[0:128, 0:256], data=x_t[0:128, 0:256], op=nl.silu)
-        nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, i_c * 256:i_c * 256 + 256], src=silu1[0:128, 0:256])
+    # pass 1: silu  (rows 128 x 1 per block)
+    x_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[0:128, 0:512])
+    silu1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+    # silu: 1 instruction(s), proved
+    nisa.activation(dst=silu1[0:128, 0:512], data=x_t[0:128, 0:512], op=nl.silu)
+    nisa.dma_copy(dst=out[0:128, 0:512], src=silu1[0:128, 0:512])
     return out

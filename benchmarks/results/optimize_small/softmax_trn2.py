@@ -3,9 +3,9 @@
 sizes:    m=128, n=512
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
-pass 1:   max, sub, exp, sum, div; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128
+pass 1:   max, sub, exp, sum, div; row tile 128 x block 1
 lowerings: div (synthesis, proved), exp (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.000127, 0.23 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -14,19 +14,20 @@ import nki.language as nl
 
 @nki.jit
 def softmax(x):
+    assert tuple(x.shape) == (128, 512), f"x: expected shape (128, 512), got {x.shape}"
+    assert x.dtype == nl.bfloat16, f"x: expected bfloat16, got {x.dtype}"
     DT = x.dtype
     out = nl.ndarray((128, 512), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: max, sub, exp, sum, div  (rows 128 x 1 per block, n_tile 512, n_block all)
-    i_rb = 0
-    i_r = 0
+    # pass 1: max, sub, exp, sum, div  (rows 128 x 1 per block)
     x_t = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512])
+    nisa.dma_copy(dst=x_t[0:128, 0:512], src=x[0:128, 0:512])
     div1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
     # max, sub, exp, sum, div: 3 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-    t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    t = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
     nisa.tensor_reduce(dst=t[0:128, 0:1], data=x_t[0:128, 0:512], op=nl.maximum, negate=True, axis=1)
-    t1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation_reduce(dst=t1[0:128, 0:512], reduce_res=t[0:128, 0:1], data=x_t[0:128, 0:512], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
-    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=t1[0:128, 0:512], operand0=t[0:128, 0:1], op0=nl.divide, engine=nisa.engine.gpsimd)
-    nisa.dma_copy(dst=out[i_rb * 128 + i_r * 128:i_rb * 128 + i_r * 128 + 128, 0:512], src=div1[0:128, 0:512])
+    t1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
+    t2 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(dst=t1[0:128, 0:512], reduce_res=t2[0:128, 0:1], data=x_t[0:128, 0:512], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
+    nisa.tensor_scalar(dst=div1[0:128, 0:512], data=t1[0:128, 0:512], operand0=t2[0:128, 0:1], op0=nl.divide)
+    nisa.dma_copy(dst=out[0:128, 0:512], src=div1[0:128, 0:512])
     return out
