@@ -575,15 +575,23 @@ def _max_spread(x, e, m, ax, keep):
         return _clean(np.maximum(m - lo, hi - m))
 
 
+_F32_SAFE = float(np.finfo(np.float32).max) / 4  # K max|x| max|y| below this: no float32 overflow
+
+
 def _abs_matmul(x, y) -> np.ndarray:
     """x @ y for non-negative x, y (magnitudes and error bounds), in float32 for speed (a check at
     Llama sizes spends most of its reference time here): every term is non-negative, so each of
     the float32 roundings only scales a term by at least (1 - u): the K - 1 additions, the product,
     and up to three in each operand (rounded to float32, squared there: _matmul), K + 6 in all.
-    Dividing by (1 - gamma_(K+6)) keeps the result an upper bound."""
+    Dividing by (1 - gamma_(K+6)) keeps the result an upper bound. Where a result could pass
+    float32's range (error bounds squared in the probabilistic part grow fast) it is computed in
+    float64, the same way: a float32 overflow would make a finite bound infinite."""
     K = np.shape(x)[-1]
-    out = np.matmul(np.asarray(x, np.float32), np.asarray(y, np.float32)).astype(np.float64)
-    return out / (1 - gamma(K + 6, unit_roundoff(np.float32)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        reach = K * float(np.max(x, initial=0.0)) * float(np.max(y, initial=0.0))
+    dtype = np.float32 if reach < _F32_SAFE else np.float64
+    out = np.matmul(np.asarray(x, dtype), np.asarray(y, dtype)).astype(np.float64)
+    return out / (1 - gamma(K + 6, unit_roundoff(dtype)))
 
 
 def _matmul(a: _Val, b: _Val, alg: _Bounded) -> tuple[_Val, int]:

@@ -260,3 +260,16 @@ def test_an_input_the_intermediate_dtype_holds_has_no_narrowing_error_and_others
     assert not held.det.any() and np.array_equal(alg.narrowed(held.v), held.det)
     # ... while float32 values stored in a bf16 kernel lose up to u_bf16 of themselves
     assert wide.det.any() and (wide.det <= 2.0 ** -8 * np.abs(x)).all()
+
+
+def test_absolute_products_past_float32s_range_stay_finite_upper_bounds():
+    """|A||B| is summed in float32 for speed; where the sum could pass float32's range (squared
+    error bounds in the probabilistic part grow fast) it is summed in float64, so a finite bound
+    does not become an infinite one (every element unchecked)."""
+    from axon.semantics.bounds import _abs_matmul
+
+    x, y = np.full((2, 64), 1e30), np.full((64, 3), 1e20)
+    out = _abs_matmul(x, y)
+    assert np.isfinite(out).all() and (out >= 64 * 1e50).all() and (out <= 64 * 1e50 * (1 + 1e-12)).all()
+    small = _abs_matmul(np.full((2, 64), 0.5), np.full((64, 3), 2.0))  # the float32 path
+    assert (small >= 64.0).all() and (small <= 64.0 * (1 + 1e-5)).all()
