@@ -5,7 +5,7 @@ rewrites: propagate mul (operand 0) into div: degree 1 onto operand 0 (each prov
 fusion:   fused (1 pass; values crossing passes go through HBM)
 pass 1:   mul, mul, sum, div, add, sqrt, div; row tile 128 x block 1
 lowerings: add (synthesis, proved), div (synthesis, proved), mul (synthesis, proved), sqrt (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0312, 0.99 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0615, 0.30 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -24,7 +24,7 @@ def rmsnorm(x, g):
     nisa.memset(dst=ones, value=1.0)
     g_row = nl.ndarray((1, 8192), dtype=DT, buffer=nl.sbuf)
     nisa.dma_copy(dst=g_row, src=g.reshape((1, 8192)))
-    g_rows = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+    g_rows = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
     for i_c in nl.affine_range(16):
         bc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=bc, stationary=ones, moving=g_row[0:1, nl.ds(i_c * 512, 512)])
@@ -35,9 +35,9 @@ def rmsnorm(x, g):
         nisa.dma_copy(dst=x_t[0:128, 0:8192], src=x[nl.ds(i_rb * 128, 128), 0:8192])
         div1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
         # mul, mul, sum, div, add, sqrt, div: 5 instruction(s), proved
-        t = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=t[0:128, 0:8192], data1=x_t[0:128, 0:8192], data2=g_rows[0:128, 0:8192], op=nl.multiply, engine=nisa.engine.gpsimd)
-        t1 = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t[0:128, 0:8192], data1=x_t[0:128, 0:8192], data2=g_rows[0:128, 0:8192], op=nl.multiply)
+        t1 = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
         t2 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation_reduce(dst=t1[0:128, 0:8192], reduce_res=t2[0:128, 0:1], data=x_t[0:128, 0:8192], op=nl.square, reduce_op=nl.add)
         nisa.tensor_scalar(dst=t2[0:128, 0:1], data=t2[0:128, 0:1], operand0=8192.0, op0=nl.divide)
