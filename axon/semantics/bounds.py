@@ -61,6 +61,7 @@ from typing import Collection, Mapping, Optional
 import ml_dtypes
 import numpy as np
 
+from axon.heap import reusing_freed_memory
 from axon.ir import Graph, Node, positional
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import OP_SPECS, OpKind, Op, concrete_params
@@ -236,6 +237,39 @@ def _clean(x):
     return np.where(np.isnan(x), np.inf, x) if np.isnan(np.sum(x)) else x
 
 
+def _full(x, shape) -> np.ndarray:
+    """An error part at the value's full shape (a read-only view where it is broadcast)."""
+    x = np.asarray(x, np.float64)
+    return x if x.shape == shape else np.broadcast_to(x, shape)
+
+
+def _reach(absv: np.ndarray, err) -> float:
+    """An upper bound on max(|v| + err) over the finite errors, in two cheap passes."""
+    e = np.asarray(err)
+    top = float(np.max(e, initial=0.0)) if e.size else 0.0
+    if not np.isfinite(top):
+        top = float(np.max(e, where=np.isfinite(e), initial=0.0))
+    return float(np.max(absv, initial=0.0)) + top
+
+
+def _l2(a, b, shape=None) -> np.ndarray:
+    """sqrt(a^2 + b^2) of non-negative error parts, broadcast to `shape`: np.hypot's value (to an
+    ulp or two of a probabilistic bound) at a quarter of its cost (hypot was a third of a check's
+    reference time at Llama sizes); hypot itself only where the squares overflow."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    shape = np.broadcast_shapes(a.shape, b.shape, *(() if shape is None else (shape,)))
+    if not np.any(a):
+        return _full(b, shape)
+    with np.errstate(over="ignore"):
+        out = np.square(a) + np.square(b)
+        out = out if out.shape == shape else out + np.zeros(shape)
+        np.sqrt(out, out=out)
+    over = np.isinf(out)
+    if np.any(over):  # a square past float64's range: hypot there
+        out[over] = np.broadcast_to(np.hypot(a, b), shape)[over]
+    return out
+
+
 class _Bounded:
     """Evaluation of the graph's operations on `_Val`s."""
 
@@ -258,21 +292,29 @@ class _Bounded:
         over, from a computation within (det | fixed, rand) of it: each rounding errs by at most
         u (|value| + err), an independent mean-zero error in the probabilistic model. Where the
         computation is exact (a relu, a max, a negation of exact operands) the store's error is
-        known: |value - fl_mid(value)|, fixed."""
+        known: |value - fl_mid(value)|, fixed. (At Llama sizes each array here is a pass over
+        GBs: temporaries are updated in place.)"""
         value = np.asarray(value, np.float64)
+        shape = value.shape
+        absv = np.abs(value)
         # a value the kernel's float32 (or a narrower store) cannot hold may overflow to inf, and
         # what is computed from it (1 / (1 + exp(-x)) at x < -88.7) has no bound from here
         # (a step inside a derived operator's definition is never held: silu(-89) is one instruction)
-        over = np.abs(value) + np.where(np.isfinite(det), det, 0.0) > self.largest
-        if not self.depth and np.any(over):
-            det, fixed = np.where(over, np.inf, det), np.where(over, np.inf, fixed)
+        if not self.depth and _reach(absv, det) > self.largest:
+            over = absv + np.where(np.isfinite(det), det, 0.0) > self.largest
+            if np.any(over):
+                det, fixed = np.where(over, np.inf, det), np.where(over, np.inf, fixed)
         k = arith_u + self.u_store
         if not k:  # exact arithmetic kept in float32: only the underflow term
             fresh = times * self.tiny
-            return _Val(value, _clean(det + fresh), _clean(fixed + 0.0 * fresh), _clean(np.hypot(rand, fresh)))
-        absv = np.abs(value)
-        fresh_det = times * (k * (absv + det) + self.tiny)
-        fresh_rand = times * (k * (absv + np.fmin(det, fixed + LAMBDA * rand)) + self.tiny)
+            return _Val(value, _clean(det + fresh), _clean(_full(fixed, shape)), _clean(_l2(rand, fresh, shape)))
+        fresh_det = absv + det
+        fresh_det *= times * k
+        fresh_det += times * self.tiny
+        fresh_rand = np.fmin(det, fixed + LAMBDA * rand) if np.any(rand) else np.fmin(det, fixed)
+        fresh_rand = absv + fresh_rand
+        fresh_rand *= times * k
+        fresh_rand += times * self.tiny
         if not arith_u:  # a store of an exact computation is known exactly where its operands are
             exact = np.asarray(det) == 0
             if np.any(exact):
@@ -280,8 +322,8 @@ class _Bounded:
                 fresh_det = np.where(exact, known, fresh_det)
                 fixed = fixed + np.where(exact, known, 0.0)
                 fresh_rand = np.where(exact, 0.0, fresh_rand)
-        return _Val(value, _clean(det + fresh_det), _clean(fixed + np.zeros(value.shape)),
-                    _clean(np.hypot(rand, fresh_rand)))
+        fresh_det += det
+        return _Val(value, _clean(fresh_det), _clean(_full(fixed, shape)), _clean(_l2(rand, fresh_rand, shape)))
 
     def exact(self, x) -> _Val:
         """An input or a constant: the kernel holds it exactly, or narrowed (a known, fixed error).
@@ -385,6 +427,11 @@ def program_reference(graph: Graph, arrays: Mapping[str, np.ndarray], precision:
     its leading batch axis (`_batch_axis`): batch slices are independent programs (every operator
     maps batch index to batch index), so values and bounds concatenate. Attention at Llama-3-70B
     sizes keeps [heads, rows, t] logits: 24 GB of reference and bounds at once."""
+    with reusing_freed_memory():
+        return _program_reference(graph, arrays, precision, narrow, binding)
+
+
+def _program_reference(graph, arrays, precision, narrow, binding):
     import math
 
     from axon.semantics.evaluate import bind_sizes
@@ -549,7 +596,7 @@ def _node(node, ins: list[_Val], alg: _Bounded, binding) -> tuple[_Val, int]:
         mag = np.sum(np.abs(x.v), axis=ax, keepdims=keep)
         det = np.sum(x.det, axis=ax, keepdims=keep) + gamma(n - 1, alg.u_acc) * mag
         # n - 1 additions, each an independent error of at most u |partial sum| <= u sum|x|
-        rand = np.hypot(np.sqrt(np.sum(x.rand ** 2, axis=ax, keepdims=keep)), alg.u_acc * np.sqrt(n - 1) * mag)
+        rand = _l2(np.sqrt(np.sum(x.rand ** 2, axis=ax, keepdims=keep)), alg.u_acc * np.sqrt(n - 1) * mag)
         return alg.rounded(v, det, np.sum(x.fixed, axis=ax, keepdims=keep), rand, 0.0), n
     if op is Op.CUMSUM:
         v = np.cumsum(x.v, axis=ax)
@@ -560,7 +607,7 @@ def _node(node, ins: list[_Val], alg: _Bounded, binding) -> tuple[_Val, int]:
         mag = np.cumsum(np.abs(x.v), axis=ax)
         det = np.cumsum(x.det, axis=ax) + g * mag
         # a prefix's roundings are shared by every later prefix: spent into the fixed part
-        rand = np.hypot(np.sqrt(np.cumsum(x.rand ** 2, axis=ax)), alg.u_acc * np.sqrt(j) * mag)
+        rand = _l2(np.sqrt(np.cumsum(x.rand ** 2, axis=ax)), alg.u_acc * np.sqrt(j) * mag)
         fixed = np.cumsum(x.fixed, axis=ax) + LAMBDA * rand
         return alg.rounded(v, det, fixed, np.zeros(v.shape), 0.0), n
     raise AssertionError(f"no error rule for {op.value}")

@@ -273,3 +273,40 @@ def test_absolute_products_past_float32s_range_stay_finite_upper_bounds():
     assert np.isfinite(out).all() and (out >= 64 * 1e50).all() and (out <= 64 * 1e50 * (1 + 1e-12)).all()
     small = _abs_matmul(np.full((2, 64), 0.5), np.full((64, 3), 2.0))  # the float32 path
     assert (small >= 64.0).all() and (small <= 64.0 * (1 + 1e-5)).all()
+
+
+def test_independent_error_parts_add_in_l2_as_hypot_does_and_past_the_squares_range():
+    """_l2 is hypot without its cost: the same to a few ulps, broadcast to the value's shape, and
+    finite where the squares overflow but the norm does not."""
+    from axon.semantics.bounds import _l2
+
+    rng = np.random.default_rng(0)
+    a, b = np.abs(rng.standard_normal((3, 5))) * 1e-3, np.abs(rng.standard_normal(5))
+    assert np.allclose(_l2(a, b), np.hypot(a, b), rtol=1e-15, atol=0)
+    assert _l2(np.zeros(5), 2.0, (3, 5)).shape == (3, 5) and (_l2(np.zeros(5), 2.0, (3, 5)) == 2.0).all()
+    big = _l2(np.array([1e200, 3.0]), np.array([1e200, 4.0]))
+    assert np.isfinite(big).all() and big[0] == pytest.approx(np.sqrt(2) * 1e200) and big[1] == 5.0
+    assert np.isinf(_l2(np.array([np.inf]), np.array([1.0]))).all()
+
+
+@pytest.mark.skipif(__import__("axon.heap").heap._libc is None, reason="glibc's mallopt only")
+def test_a_reference_reuses_freed_memory_instead_of_faulting_in_fresh_pages():
+    """Inside reusing_freed_memory a freed 256 MB array's pages serve the next one (no page
+    faults), where glibc would unmap and map them again; outside, the defaults are back."""
+    import resource
+
+    from axon.heap import reusing_freed_memory
+
+    def faults() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        a = np.ones(32 << 20)
+        del a
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults()
+    fresh = faults()
+    with reusing_freed_memory():
+        faults()
+        reused = faults()
+    assert reused < fresh / 10
+    assert faults() > fresh / 2  # mapped afresh again
