@@ -228,13 +228,27 @@ class _Val:
     def shared(self) -> "_Val":
         """The same error, once other elements share it (a broadcast, a matmul's row, a scan's
         prefix): its independent part is spent into the fixed one at LAMBDA."""
-        return _Val(self.v, self.det, self.likely(), np.zeros(np.shape(self.v)))
+        return _Val(self.v, self.det, self.likely(), _zeros(np.shape(self.v)))
 
 
 def _clean(x):
     """An error bound with NaN (inf - inf, 0 * inf) where nothing bounds it: inf there. Bounds are
     non-negative, so their sum is NaN exactly when one of them is (one cheap pass)."""
     return np.where(np.isnan(x), np.inf, x) if np.isnan(np.sum(x)) else x
+
+
+def _zeros(shape) -> np.ndarray:
+    """No error, at a value's shape: a read-only view of one zero, not an array (at Llama sizes
+    an input's error parts would be GBs of zeros, written on reused memory)."""
+    return np.broadcast_to(np.float64(0.0), shape)
+
+
+def _any(e) -> bool:
+    """np.any(e), at once for a view of one value (`_zeros`)."""
+    e = np.asarray(e)
+    if e.size and not any(e.strides):
+        return bool(e.flat[0])
+    return bool(np.any(e))
 
 
 def _full(x, shape) -> np.ndarray:
@@ -258,11 +272,10 @@ def _l2(a, b, shape=None) -> np.ndarray:
     reference time at Llama sizes); hypot itself only where the squares overflow."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     shape = np.broadcast_shapes(a.shape, b.shape, *(() if shape is None else (shape,)))
-    if not np.any(a):
+    if not _any(a):
         return _full(b, shape)
     with np.errstate(over="ignore"):
-        out = np.square(a) + np.square(b)
-        out = out if out.shape == shape else out + np.zeros(shape)
+        out = np.add(np.square(a), np.square(b), out=np.empty(shape))
         np.sqrt(out, out=out)
     over = np.isinf(out)
     if np.any(over):  # a square past float64's range: hypot there
@@ -311,7 +324,7 @@ class _Bounded:
         fresh_det = absv + det
         fresh_det *= times * k
         fresh_det += times * self.tiny
-        fresh_rand = np.fmin(det, fixed + LAMBDA * rand) if np.any(rand) else np.fmin(det, fixed)
+        fresh_rand = np.fmin(det, fixed + LAMBDA * rand) if _any(rand) else np.fmin(det, fixed)
         fresh_rand = absv + fresh_rand
         fresh_rand *= times * k
         fresh_rand += times * self.tiny
@@ -331,8 +344,8 @@ class _Bounded:
         over it (at Llama sizes each is a pass over GBs)."""
         src = np.asarray(x)
         x = np.asarray(src, np.float64)
-        e = np.zeros(x.shape) if _holds(self.mid, src.dtype) else self.narrowed(x)
-        return _Val(x, e, e, np.zeros(x.shape))
+        e = _zeros(x.shape) if _holds(self.mid, src.dtype) else self.narrowed(x)
+        return _Val(x, e, e, _zeros(x.shape))
 
     def const(self, value) -> _Val:
         return self.exact(np.float64(value))
@@ -370,8 +383,8 @@ def _spread(op: ScalarOp, spec, vals, errs, value):
     """sup |f(box) - f(v)| over the box v_i +- e_i: in closed form where f is linear or bilinear
     (the corners' own value) or a max/min (max e_i, which bounds it), else from the corners (f
     monotone in each argument on a box that avoids its poles, `_pole`)."""
-    if not any(np.any(e) for e in errs):
-        return np.zeros(np.shape(value))
+    if not any(_any(e) for e in errs):
+        return _zeros(np.shape(value))
     if op in (ScalarOp.ADD, ScalarOp.SUB):
         return errs[0] + errs[1]
     if op is ScalarOp.MUL:
@@ -387,7 +400,7 @@ def _spread(op: ScalarOp, spec, vals, errs, value):
         (c, a, b), (ec, ea, eb) = vals, errs
         chosen = np.where(c != 0, ea, eb)
         return _clean(np.where((ec > 0) & (np.abs(c) <= ec), np.abs(a - b) + np.maximum(ea, eb), chosen))
-    spread = np.zeros(np.shape(value))
+    spread = _zeros(np.shape(value))
     for signs in np.ndindex(*(2,) * len(vals)):
         corner = [v + (e if s else -e) for v, e, s in zip(vals, errs, signs)]
         if op is ScalarOp.SQRT:
@@ -398,10 +411,10 @@ def _spread(op: ScalarOp, spec, vals, errs, value):
 
 def _probable_spread(op: ScalarOp, spec, vals, errs, value):
     """`_spread` for the probabilistic model: first order through the primitives with a pole."""
-    if op is ScalarOp.DIV and any(np.any(e) for e in errs):
+    if op is ScalarOp.DIV and any(_any(e) for e in errs):
         a, b = vals
         return _clean(errs[0] / np.abs(b) + errs[1] * np.abs(a) / (b * b))
-    if op is ScalarOp.LOG and np.any(errs[0]):
+    if op is ScalarOp.LOG and _any(errs[0]):
         return _clean(errs[0] / np.abs(vals[0]))
     return _spread(op, spec, vals, errs, value)
 
@@ -496,7 +509,7 @@ def _whole_reference(graph: Graph, arrays, precision: Precision, narrow, binding
         if node in exact:
             env[node] = _exact_integer(env[node])
         elif node in shifts:  # a softmax's row max: its error cancels in the normalization
-            zero = np.zeros(np.shape(env[node].v))
+            zero = _zeros(np.shape(env[node].v))
             env[node] = _Val(env[node].v, zero, zero, zero)
         longest = max(longest, k)
         for x in set(node.inputs):
@@ -554,7 +567,7 @@ def normalized_shifts(graph: Graph) -> set:
 def _exact_integer(x: _Val) -> _Val:
     if not np.all(np.asarray(x.v) == np.round(x.v)):
         return x  # a fraction of positions (a scale) is rounded like any other value
-    zero = np.zeros(np.shape(x.v))
+    zero = _zeros(np.shape(x.v))
     return _Val(x.v, zero, zero, zero)
 
 
@@ -590,7 +603,7 @@ def _node(node, ins: list[_Val], alg: _Bounded, binding) -> tuple[_Val, int]:
     if op is Op.REDUCE_MAX:  # its independent parts do not add, so they are spent
         v, y = np.max(x.v, axis=ax, keepdims=keep), x.shared()
         return alg.rounded(v, _max_spread(x.v, x.det, v, ax, keep), _max_spread(x.v, y.fixed, v, ax, keep),
-                           np.zeros(np.shape(v)), 0.0), 1
+                           _zeros(np.shape(v)), 0.0), 1
     if op is Op.REDUCE_SUM:
         v = np.sum(x.v, axis=ax, keepdims=keep)
         mag = np.sum(np.abs(x.v), axis=ax, keepdims=keep)
@@ -609,7 +622,7 @@ def _node(node, ins: list[_Val], alg: _Bounded, binding) -> tuple[_Val, int]:
         # a prefix's roundings are shared by every later prefix: spent into the fixed part
         rand = _l2(np.sqrt(np.cumsum(x.rand ** 2, axis=ax)), alg.u_acc * np.sqrt(j) * mag)
         fixed = np.cumsum(x.fixed, axis=ax) + LAMBDA * rand
-        return alg.rounded(v, det, fixed, np.zeros(v.shape), 0.0), n
+        return alg.rounded(v, det, fixed, _zeros(v.shape), 0.0), n
     raise AssertionError(f"no error rule for {op.value}")
 
 
@@ -649,9 +662,9 @@ def _matmul(a: _Val, b: _Val, alg: _Bounded) -> tuple[_Val, int]:
     mag = _abs_matmul(absa, absb)
 
     def propagated(ea, eb):  # (|A| + E_A)(|B| + E_B) - |A||B| = E_A (|B| + E_B) + |A| E_B
-        out = np.zeros(v.shape)
-        exact_b = not np.any(eb)
-        if np.any(ea):
+        out = _zeros(v.shape)
+        exact_b = not _any(eb)
+        if _any(ea):
             out = out + _abs_matmul(np.broadcast_to(ea, a.v.shape), absb if exact_b else np.abs(b.v) + eb)
         if not exact_b:
             out = out + _abs_matmul(absa, np.broadcast_to(eb, b.v.shape))
@@ -661,10 +674,10 @@ def _matmul(a: _Val, b: _Val, alg: _Bounded) -> tuple[_Val, int]:
         det = _clean(propagated(a.det, b.det) + gamma(K, alg.u_acc) * mag)
     # the operands' independent errors add in L2 over k, but an element of A reaches a whole row
     # of the result: spent into the fixed part (first order in them)
-    spent = np.zeros(v.shape)
-    if np.any(a.rand):
+    spent = _zeros(v.shape)
+    if _any(a.rand):
         spent = spent + _abs_matmul(np.broadcast_to(a.rand, a.v.shape) ** 2, np.square(absb))
-    if np.any(b.rand):
+    if _any(b.rand):
         spent = spent + _abs_matmul(np.square(absa), np.broadcast_to(b.rand, b.v.shape) ** 2)
     fixed = propagated(a.fixed, b.fixed) + LAMBDA * np.sqrt(spent)
     # K products and K - 1 additions into PSUM, each an independent error of at most u sum|a||b|
