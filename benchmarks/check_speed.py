@@ -1,0 +1,82 @@
+"""Wall time of a numerical check's float64 reference and error bounds at Llama-3-70B sizes.
+
+    .venv/bin/python benchmarks/check_speed.py [--repeat 3] [--out benchmarks/results/check_speed.md]
+
+At the largest cases the check of the winner is most of `axon optimize`'s wall time, and its
+reference (axon.semantics.bounds.kernel_reference: the program in float64 with per-element error
+bounds) most of the check. Each row times that reference on the rows a partial check of the
+case's winner runs (optimize_largest.md: gqa and causal gqa 5 blocks of 128 rows, the
+MatMul-family kernels 2 blocks of 512), on the program as written, seeded random bf16 inputs:
+with freed memory kept for reuse (axon.heap, what the check does) and without it (glibc's default,
+what it did before), each run a fresh process, medians of `--repeat`, both in this one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CASES = (  # (benchmark, sizes at the checked rows, the case they come from)
+    ("gqa", {"kv": 8, "g": 8, "s": 640, "t": 8192, "d": 128}, "llama3_70b_s2048_t8192"),
+    ("causal_gqa", {"kv": 8, "g": 8, "s": 640, "t": 8192, "d": 128}, "llama3_70b_s8192"),
+    ("matmul", {"m": 1024, "k": 8192, "n": 28672}, "llama3_70b_mlp_up"),
+    ("gated_mlp", {"m": 1024, "k": 8192, "n": 28672}, "llama3_70b"),
+)
+
+
+def one(name: str, sizes: dict, reuse: bool) -> float:
+    """Seconds of one reference, in this process."""
+    import axon.heap
+    from axon.semantics.bounds import kernel_reference
+    from axon.suite import get
+
+    if not reuse:
+        axon.heap._libc = None  # glibc's defaults: large arrays mapped and unmapped each time
+    prog = get(name).program
+    data = prog.random_inputs(sizes, "bfloat16")
+    t = time.perf_counter()
+    kernel_reference(prog.graph, data, "bfloat16")
+    return time.perf_counter() - t
+
+
+def timed(name: str, sizes: dict, reuse: bool) -> float:
+    out = subprocess.run([sys.executable, __file__, "--one", name, json.dumps(sizes), str(int(reuse))],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "check_speed.md"))
+    ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(one(args.one[0], json.loads(args.one[1]), args.one[2] == "1"))
+        return
+    rows = []
+    for name, sizes, case in CASES:
+        runs = {reuse: [] for reuse in (False, True)}
+        for _ in range(args.repeat):
+            for reuse in (False, True):  # interleaved: load changes hit both alike
+                runs[reuse].append(timed(name, sizes, reuse))
+        before, after = statistics.median(runs[False]), statistics.median(runs[True])
+        rows.append(f"| {name} | {case} | {sizes} | {before:.1f} | {after:.1f} | {before / after:.2f}x |")
+        print(rows[-1], flush=True)
+    text = (f"# Check reference speed\n\nCommand: `.venv/bin/python benchmarks/check_speed.py --repeat {args.repeat}` "
+            "(the script's docstring says what runs). Seconds, medians of "
+            f"{args.repeat} fresh processes each, on this 2-core machine.\n\n"
+            "| benchmark | case | sizes checked | glibc default (s) | freed memory reused (s) | speedup |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
