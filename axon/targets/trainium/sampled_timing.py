@@ -10,10 +10,15 @@ iterations longer in each of its instances (two: a schedule that alternates betw
 as DMA queues taken in turn make it, averages out; one more iteration would time one state).
 Loops with the same multiple skipped(L) x scale(L) / cut(L), none inside another, share that run
 (the kernel runs all of them longer; what they add is summed): a causal kernel's copies of one
-loop nest, one per run of row blocks, cost one run, not one each. So the cost is one simulation and estimate of the cut kernel and one more per
-group of cut loop statements: it grows with the kernel's distinct loop bodies, not its iteration
-counts. Where no loop is long enough to cut, the first run is the whole kernel and its latency is
-the full path's, exactly.
+loop nest, one per run of row blocks, cost one run, not one each.
+
+The runs are views of one simulation (simulator/sampling.py): it runs every cut loop STEP
+iterations longer, and the cut run and each group's longer run are the subsequences of its trace
+that they would have issued, each accounted for capacity and timed by the model on its own. So
+the cost is one simulation of the kernel with its cut loops KEEP + STEP iterations long, and one
+estimate of the cut kernel and one per group of cut loop statements: it grows with the kernel's
+distinct loop bodies, not its iteration counts. Where no loop is long enough to cut, the run is
+the whole kernel and its latency is the full path's, exactly.
 
 The extension is linear, so it holds only where one more iteration costs what every later one
 will. Over many iterations, one costs at least the busy time it adds to its busiest engine (or to
@@ -28,10 +33,10 @@ taken again (cutting it later does not help: the hidden share shrinks only as th
 the loop's length).
 
 Whether sampling can pay is known before any run for a kernel whose loops have literal trip
-counts and whose instructions are `nisa` calls (Axon's own): `static_counts` counts what the cut
-and the whole kernel issue from the source, by the same rules as the simulator's sampling. Where
-even one longer run would cost more than sampling saves, the kernel runs whole at once, instead of
-a cut run that only shows it.
+counts and whose instructions are `nisa` calls (Axon's own): `static_counts` counts what the cut run,
+the sampled run and the whole kernel issue from the source, by the same rules as the simulator's
+sampling. Where the sampled run and the estimates of the cut run and one longer run would cost more
+than sampling saves, the kernel runs whole at once, instead of a sampled run that only shows it.
 """
 from __future__ import annotations
 
@@ -43,30 +48,32 @@ from fractions import Fraction
 from axon.targets.trainium.hardware import HardwareDescription
 from axon.targets.trainium.perfmodel import estimate
 from axon.targets.trainium.simulator import LoopSampling, simulate
-from axon.targets.trainium.simulator.sampling import MIN_BODY, MIN_TRIP
+from axon.targets.trainium.simulator.sampling import MIN_BODY, MIN_TRIP, View
 
 KEEP = 2  # iterations a cut loop runs; the extension is the time of one more
 STEP = 2  # iterations the longer runs add (the extension is their average)
 TRUST = 0.9  # a longer run must add this share of the busy time it adds to its busiest engine
-SAVING = 0.5  # sample only where the runs issue at most this share of the whole kernel's instructions
+SAVING = 0.5  # sample only where the runs cost at most this share of the whole kernel's (`_work`)
+SIMULATE_SHARE = 0.7  # of the cost of an instruction simulated and timed, the simulation's (measured
+#                       on the Llama-70B winners: about 41 us simulating, 17 us timing, per instruction)
 
 
 @dataclass(frozen=True)
 class SampledLatency:
     latency_ns: float
-    work: int  # instructions simulated over all the runs
+    work: int  # what the runs cost, in instructions simulated and timed (`_work`)
     exact: bool  # no loop was cut: the full path's latency
     loops: dict  # kernel line of a cut loop -> (iterations skipped in all, instances cut, ns one iteration adds)
 
 
-def _cut_loops(cut: LoopSampling) -> dict:
+def _cut_loops(cut: View) -> dict:
     """Loop id -> (line, full / run iterations) of the loop instances a run cut: the performance
     model sizes what it keeps resident by the uncut kernel (perfmodel._hoisted_loads)."""
     scale = {line: (cut.ran[line] + cut.skipped[line]) / cut.ran[line] for line in cut.cut}
     return {lid: (line, scale[line]) for lid, line in cut.line_of.items() if line in scale}
 
 
-def _multiple(cut: LoopSampling, line: int) -> Fraction:
+def _multiple(cut: View, line: int) -> Fraction:
     """Iterations the full kernel runs beyond the cut one, per instance of loop `line` cut short:
     skipped(L) x scale(L) / cut(L) (the module docstring), exactly."""
     scale = Fraction(1)
@@ -76,7 +83,7 @@ def _multiple(cut: LoopSampling, line: int) -> Fraction:
     return cut.skipped[line] * scale / cut.cut[line]
 
 
-def _groups(cut: LoopSampling) -> list[tuple[int, ...]]:
+def _groups(cut: View) -> list[tuple[int, ...]]:
     """The cut loop statements, in groups that one longer run times together: loops with the same
     multiple, none inside another (a kernel emitted once per run of row blocks repeats one loop
     nest per run: its copies share one run instead of one each)."""
@@ -101,37 +108,51 @@ def _uncut_instructions(trace: list, cut_loops: dict) -> float:
     return total
 
 
+def _work(simulated: float, timed: float) -> int:
+    """The cost of simulating `simulated` instructions and timing `timed` with the model, in
+    instructions simulated and timed once each (what the full path pays per instruction)."""
+    return round(SIMULATE_SHARE * simulated + (1 - SIMULATE_SHARE) * timed)
+
+
 def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = KEEP,
                     **sim_options) -> SampledLatency:
     """The latency of `kernel` on `inputs` (shapes) as the full timing-only path estimates it,
-    from runs that cut long loops after `keep` iterations; the whole kernel where that would
-    not save much (many groups of cut loops, each a run)."""
+    from one run that cuts long loops after `keep` iterations (and STEP more, for the longer
+    views); the whole kernel where that would not save much."""
     work = 0
 
-    def timed(sampling: LoopSampling | None, busy_of=None):
+    def whole() -> SampledLatency:
         nonlocal work
-        res = simulate(kernel, inputs, target=hw, timing_only=True, sampling=sampling, **sim_options)
-        work += len(res.trace)
-        cut_loops = _cut_loops(sampling) if sampling else {}
-        return estimate(res.trace, hw, cut_loops=cut_loops, busy_of=busy_of), res.trace, cut_loops
+        res = simulate(kernel, inputs, target=hw, timing_only=True, **sim_options)
+        work += _work(len(res.trace), len(res.trace))
+        return SampledLatency(estimate(res.trace, hw).latency_ns, work, True, {})
 
     counts = static_counts(kernel.source, kernel.name, keep)
-    if counts is not None and counts[0] < counts[1] and 2 * counts[0] > SAVING * counts[1]:
-        return SampledLatency(timed(None)[0].latency_ns, work, True, {})  # not even one longer run pays
-    whole: dict = {}  # loops whose extension was not trusted: they run whole
+    if counts is not None and counts[0] < counts[2] and _work(counts[1], counts[0] + counts[1]) > SAVING * counts[2]:
+        return whole()  # not even one longer run pays
+    untrusted: dict = {}  # loops whose extension was not trusted: they run whole
     while True:
-        cut = LoopSampling(keep, decided=dict(whole))
-        (base, trace, cut_loops) = timed(cut)
+        run = LoopSampling(keep, STEP, decided=dict(untrusted))
+        base_trace = simulate(kernel, inputs, target=hw, timing_only=True, sampling=run, **sim_options).trace
+        simulated = len(run.trace)
+        cut = run.view()
         if not cut.cut:
-            return SampledLatency(base.latency_ns, work, True, {})
+            work += _work(simulated, len(base_trace))
+            return SampledLatency(estimate(base_trace, hw).latency_ns, work, True, {})
         todo = _groups(cut)
-        if (1 + len(todo)) * len(trace) > SAVING * _uncut_instructions(trace, cut_loops):
-            break
-        latency, loops, untrusted = base.latency_ns, {}, []
+        timed = len(base_trace) + sum(sum(map(run.view(g).keeps, run.trace)) for g in todo)
+        if _work(simulated, timed) > SAVING * _uncut_instructions(base_trace, _cut_loops(cut)):
+            work += _work(simulated, 0)
+            return whole()
+        base = estimate(base_trace, hw, cut_loops=_cut_loops(cut))
+        work += _work(simulated, len(base_trace))
+        latency, loops, refused = base.latency_ns, {}, []
         while todo:
             group = todo.pop(0)
-            longer = cut.follow(group, STEP)
-            est = timed(longer, busy_of=lambda ins: _extra_iteration(ins, longer, keep))[0]
+            longer = run.view(group)
+            trace = longer.accounting().trace
+            work += _work(0, len(trace))
+            est = estimate(trace, hw, cut_loops=_cut_loops(longer), busy_of=lambda ins: _extra_iteration(ins, longer))
             added = (est.latency_ns - base.latency_ns) / STEP
             # each loop's extra iterations keep at least its busiest engine (or the DMA bandwidth) busy
             busiest = sum(max((ns for (line, _), ns in est.busy_by.items() if line == g), default=0.0)
@@ -140,29 +161,29 @@ def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = K
                 if len(group) > 1:  # one of them may be hidden behind other work: each on its own
                     todo[:0] = [(line,) for line in group]
                 else:
-                    untrusted.append(group[0])
+                    refused.append(group[0])
                 continue
             m = _multiple(cut, group[0])
             latency += float(m) * max(added, busiest)
             instances = sum(cut.cut[g] for g in group)
             for g in group:
                 loops[g] = (float(cut.cut[g] * m), cut.cut[g], max(added, busiest) / instances)
-        if not untrusted:
+        if not refused:
             return SampledLatency(latency, work, False, loops)
-        whole.update(dict.fromkeys(untrusted, False))
-    return SampledLatency(timed(None)[0].latency_ns, work, True, {})
+        untrusted.update(dict.fromkeys(refused, False))
 
 
 _LOOPS = ("affine_range", "sequential_range", "static_range")
 _NOT_INSTRUCTIONS = ("ndarray", "ds", "arange", "par_dim")  # nl calls that issue nothing
 
 
-def static_counts(source: str, name: str | None = None, keep: int = KEEP) -> tuple[int, int] | None:
-    """(instructions a sampled run issues, instructions the whole kernel issues), counted from the
-    source of kernel `name` (None: the module's first function) whose loops are `nl.*_range` over
-    literal integers and whose instructions are `nisa.*` calls, cut by the simulator's rule
-    (simulator/sampling.py: a loop of at least MIN_TRIP iterations whose first iteration, itself
-    cut, issues at least MIN_BODY); None for any other."""
+def static_counts(source: str, name: str | None = None, keep: int = KEEP) -> tuple[int, int, int] | None:
+    """(instructions the cut run issues, instructions the sampled run issues (cut loops STEP
+    iterations longer), instructions the whole kernel issues), counted from the source of kernel
+    `name` (None: the module's first function) whose loops are `nl.*_range` over literal integers
+    and whose instructions are `nisa.*` calls, cut by the simulator's rule (simulator/sampling.py:
+    a loop of at least MIN_TRIP iterations whose first iteration, itself cut, issues at least
+    MIN_BODY); None for any other."""
     try:
         fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and name in (None, n.name))
         return _counts(fn.body, keep)
@@ -174,22 +195,28 @@ class _Unknown(Exception):
     """A statement whose instruction count the source does not give."""
 
 
-def _counts(body: list, keep: int) -> tuple[int, int]:
-    cut = whole = 0
+def _counts(body: list, keep: int) -> tuple[int, int, int]:
+    cut = sampled = whole = 0
     for stmt in body:
         if isinstance(stmt, ast.For):
             trip = _trip(stmt.iter)
             if stmt.orelse:
                 raise _Unknown
-            inner_cut, inner_whole = _counts(stmt.body, keep)
-            runs = keep if trip >= MIN_TRIP and inner_cut >= MIN_BODY else trip
-            cut, whole = cut + runs * inner_cut, whole + trip * inner_whole
+            inner_cut, inner_sampled, inner_whole = _counts(stmt.body, keep)
+            is_cut = trip >= MIN_TRIP and inner_cut >= MIN_BODY
+            if is_cut:  # inside its extra iterations, the loops within run as in the cut run
+                cut += min(trip, keep) * inner_cut
+                sampled += min(trip, keep) * inner_sampled + (min(trip, keep + STEP) - min(trip, keep)) * inner_cut
+            else:
+                cut += trip * inner_cut
+                sampled += trip * inner_sampled
+            whole += trip * inner_whole
         elif isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Assert, ast.Return, ast.Pass)):
             n = sum(_issues(c) for c in ast.walk(stmt) if isinstance(c, ast.Call))
-            cut, whole = cut + n, whole + n
+            cut, sampled, whole = cut + n, sampled + n, whole + n
         else:  # if, while, with, try, a nested def: control the source does not count
             raise _Unknown
-    return cut, whole
+    return cut, sampled, whole
 
 
 def _trip(it) -> int:
@@ -213,9 +240,9 @@ def _issues(call: ast.Call) -> int:
     raise _Unknown
 
 
-def _extra_iteration(ins, sampling: LoopSampling, keep: int):
+def _extra_iteration(ins, longer: View):
     """The line of the longer loop whose extra iterations (from iteration `keep` on) issued `ins`, or None."""
     for loop_id, i, _ in ins.extra.get("loops", ()):
-        if i >= keep and sampling.line_of.get(loop_id) in sampling.longer:
-            return sampling.line_of[loop_id]
+        if i >= longer.keep and longer.line_of.get(loop_id) in longer.longer:
+            return longer.line_of[loop_id]
     return None

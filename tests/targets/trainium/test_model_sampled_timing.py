@@ -109,7 +109,8 @@ def test_the_cut_run_runs_two_iterations_of_the_long_loop_only():
     sim = simulate_source(MATMUL, None, MATMUL_IN, target="trn2", timing_only=True, sampling=cut)
     matmuls = [i for i in sim.trace if i.opcode == "nc_matmul"]
     assert len(matmuls) == 2 * 16  # the inner 16-matmul loop (3 instructions a turn) is never cut
-    assert list(cut.cut.values()) == [1] and list(cut.skipped.values()) == [14]
+    view = cut.view()
+    assert list(view.cut.values()) == [1] and list(view.skipped.values()) == [14]
 
 
 def test_a_kernel_without_long_loops_is_timed_whole_and_exactly():
@@ -147,17 +148,86 @@ def test_loops_cut_alike_one_after_the_other_share_one_longer_run():
     full, _ = full_latency(TWO_PASSES, MATMUL_IN)
     cut = LoopSampling(2)
     trace = simulate_source(TWO_PASSES, None, MATMUL_IN, target="trn2", timing_only=True, sampling=cut).trace
-    assert len(cut.cut) == 2 and sampled_timing._groups(cut) == [tuple(sorted(cut.cut))]
+    view = cut.view()
+    assert len(view.cut) == 2 and sampled_timing._groups(view) == [tuple(sorted(view.cut))]
     got = sampled_latency(load_source(TWO_PASSES, "<two>", None), MATMUL_IN, HW)
     assert len(got.loops) == 2 and got.latency_ns == pytest.approx(full, rel=0.01)
-    # the cut run, then one run with both loops STEP iterations longer (4 of 16 turns instead of 2)
-    assert got.work == len(trace) + len(trace) * (2 + sampled_timing.STEP) // 2
+    # one simulation with both loops STEP iterations longer (4 of 16 turns instead of 2), timed as
+    # the cut run and as one run with both loops longer
+    longer = len(trace) * (2 + sampled_timing.STEP) // 2
+    assert got.work == sampled_timing._work(longer, len(trace) + longer)
 
 
 def test_loops_inside_one_another_are_never_grouped():
     cut = LoopSampling(2, min_body=3)  # the 16-matmul loop is cut too, inside the cut i_n loop
     simulate_source(MATMUL, None, MATMUL_IN, target="trn2", timing_only=True, sampling=cut)
-    assert len(cut.cut) == 2 and len(sampled_timing._groups(cut)) == 2
+    assert len(cut.view().cut) == 2 and len(sampled_timing._groups(cut.view())) == 2
+
+
+def _no_ids(trace):
+    """A trace's instructions as comparable values: buffers numbered by first use and loops by
+    iteration only (ids count what was allocated and entered before, extra iterations included)."""
+    from dataclasses import replace
+
+    number: dict = {}
+
+    def regions(rs):
+        return tuple(replace(r, buffer=number.setdefault(r.buffer, len(number))) for r in rs)
+
+    out = []
+    for i in trace:
+        after = tuple((w.opcode, w.line) for w in i.extra["space_after"].instructions) if "space_after" in i.extra else ()
+        out.append((i.opcode, i.engine, regions(i.reads), regions(i.writes), i.line,
+                    tuple(it for _, it, _ in i.extra.get("loops", ())), after))
+    return out
+
+
+@pytest.mark.parametrize("source, inputs, min_body", [(MATMUL, MATMUL_IN, 3), (TWO_PASSES, MATMUL_IN, 32),
+                                                      (HIDDEN, HIDDEN_IN, 32), (REREAD, REREAD_IN, 32)])
+def test_each_view_of_one_longer_run_is_the_run_it_stands_for(source, inputs, min_body):
+    """The cut run and each loop's longer run, read off one simulation, issue what separate
+    runs with those loops cut at 2 and 4 iterations issue, and count alike."""
+    run = LoopSampling(2, 2, min_body=min_body)
+    base = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=run).trace
+    alone = LoopSampling(2, min_body=min_body)
+    assert _no_ids(base) == _no_ids(simulate_source(source, None, inputs, target="trn2", timing_only=True,
+                                                    sampling=alone).trace)
+    assert run.decided == alone.decided and (run.view().cut, run.view().ran) == (alone.view().cut, alone.view().ran)
+    for line in run.view().cut:
+        # that loop alone 4 iterations long: what the old separate longer run did
+        decided = {k: v for k, v in run.decided.items() if k != line}
+        longer = LoopSampling(4, decided={**decided, line: True}, min_body=0, min_trip=10**9)
+        expected = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=longer)
+        shorter = {k for k, v in run.decided.items() if v and k != line}
+        if shorter:  # the other cut loops keep 2 iterations: not one keep for a run of its own; counts only
+            assert run.view({line}).cut[line] == run.view().cut[line]
+            continue
+        view = run.view({line})
+        assert _no_ids(view.accounting().trace) == _no_ids(expected.trace)
+        assert (view.ran, view.skipped, view.cut) == (longer.view().ran, longer.view().skipped, longer.view().cut)
+
+
+def test_a_loop_first_met_in_extra_iterations_runs_whole():
+    source = NEW + textwrap.dedent("""
+    @nki.jit
+    def k(w):
+        out = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.shared_hbm)
+        o = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
+        for i in nl.affine_range(16):
+            for j in nl.affine_range(40):
+                nisa.dma_copy(dst=o, src=w[0:128, nl.ds(j * 512, 512)])
+            if i == 3:
+                for j in nl.affine_range(40):
+                    nisa.dma_copy(dst=o, src=w[0:128, nl.ds(j * 512, 512)])
+        nisa.dma_copy(dst=out, src=o)
+        return out
+    """)
+    run = LoopSampling(2, 2)
+    simulate_source(source, None, {"w": ShapeDtype((128, 20480), "bfloat16")}, target="trn2", timing_only=True,
+                    sampling=run)
+    late = max(run.decided)  # the loop under `if i == 3`: only the longer view reaches it
+    assert run.decided[late] is False and late not in run.view().ran
+    assert run.view(set(run.view().cut)).ran[late] == 40
 
 
 def test_busy_time_is_shared_out_as_asked():
@@ -182,12 +252,14 @@ def test_the_source_counts_what_the_cut_and_the_whole_kernel_issue(source, input
     cut = LoopSampling(2)
     cut_run = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=cut)
     _, issued = full_latency(source, inputs)
-    assert sampled_timing.static_counts(source) == (len(cut_run.trace), issued)
+    run = LoopSampling(2, sampled_timing.STEP)
+    simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=run)
+    assert sampled_timing.static_counts(source) == (len(cut_run.trace), len(run.trace), issued)
 
 
 def test_a_kernel_where_sampling_cannot_pay_runs_whole_without_a_cut_run_first():
     full, issued = full_latency(NOT_WORTH, MATMUL_IN)
-    assert sampled_timing.static_counts(NOT_WORTH) == (300, 600)
+    assert sampled_timing.static_counts(NOT_WORTH) == (300, 400, 600)
     got = sampled_latency(load_source(NOT_WORTH, "<n>", None), MATMUL_IN, HW)
     assert got.exact and got.latency_ns == full and got.work == issued  # no cut run spent before it
 
@@ -217,9 +289,39 @@ def test_the_source_counts_agree_with_the_runs_on_every_stored_quick_kernel_they
         static = sampled_timing.static_counts(source)
         if static is None:
             continue
-        cut = LoopSampling(2)
+        cut = LoopSampling(2, sampled_timing.STEP)
         run = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=cut)
-        uncut = sampled_timing._uncut_instructions(run.trace, sampled_timing._cut_loops(cut))
-        assert static == (len(run.trace), round(uncut)), kernel.name
+        uncut = sampled_timing._uncut_instructions(run.trace, sampled_timing._cut_loops(cut.view()))
+        assert static == (len(run.trace), len(cut.trace), round(uncut)), kernel.name
         counted += 1
     assert counted >= 20  # Axon's kernels are what the source counts
+
+
+def test_the_source_counts_a_cut_loop_inside_another_as_the_sampled_run_issues_it():
+    source = NEW + textwrap.dedent("""
+    @nki.jit
+    def mm(xT, w):
+        out = nl.ndarray((128, 8192), dtype=w.dtype, buffer=nl.shared_hbm)
+        for i_m in nl.affine_range(8):
+            for i_n in nl.affine_range(16):
+                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                for i_k in nl.affine_range(16):
+                    a = nl.ndarray((128, 128), dtype=xT.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=a, src=xT[nl.ds(i_k * 128, 128), 0:128])
+                    b = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=b, src=w[nl.ds(i_k * 128, 128), nl.ds(i_n * 512, 512)])
+                    nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+                o = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=o, src=acc)
+                nisa.dma_copy(dst=out[0:128, nl.ds(i_n * 512, 512)], src=o)
+        return out
+    """)
+    run = LoopSampling(2, sampled_timing.STEP)
+    simulate_source(source, None, MATMUL_IN, target="trn2", timing_only=True, sampling=run)
+    assert len(run.view().cut) == 2  # i_m and i_n, one inside the other
+    # i_m's 4 turns hold i_n cut at 2 except in i_m's first 2 turns, where i_n runs 4: 2x4 + 2x2 bodies
+    body = 3 * 16 + 2
+    assert len(run.trace) == (2 * 4 + 2 * 2) * body
+    assert sampled_timing.static_counts(source)[:2] == (2 * 2 * body, len(run.trace))
+    with pytest.raises(ValueError, match="inside another"):
+        run.view(set(run.view().cut))

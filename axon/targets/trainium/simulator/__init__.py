@@ -314,7 +314,9 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     `strict_api` (Axon's own kernels): every current-API nki.isa call is held to the documented
     API of nki_api.NKI_VERSION (arguments, engines, memories, dtypes), as `axon simulate --lint`
     checks it in the source; kernels written by users run with what the simulator accepts.
-    `sampling` (timing-only runs): long loops run only their first iterations (sampling.py)."""
+    `sampling` (timing-only runs): long loops run only their first iterations (sampling.py); the
+    result is the cut run (`sampling.view()`), and the sampling keeps the whole run for its
+    other views."""
     hw = get_target(target) if isinstance(target, str) else target
     grid = _check_grid(grid)
     missing = [p for p in kernel.params if p not in inputs and p not in kernel.defaults]
@@ -341,8 +343,15 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
         else:
             ctx.program_ids, ctx.hbm_cursor = (0,) * len(grid), 0
             ret = fn(**args)
-        acc = account(ctx.trace, ctx.onchip, hw, strict=strict_capacity, path=kernel.path,
-                      new_buffer_id=ctx.new_buffer_id)
+        def accounted(trace):
+            return account(trace, ctx.onchip, hw, strict=strict_capacity, path=kernel.path,
+                           new_buffer_id=ctx.new_buffer_id)
+
+        if sampling is None:
+            acc = accounted(ctx.trace)
+        else:  # the result is the cut run's; the sampling keeps the whole run for its other views
+            sampling.recorded(ctx.trace, accounted)
+            acc = sampling.view().accounting()
         line = _return_line(kernel.source, kernel.name) if not timing_only else None
         out = None if timing_only else _to_output(ret, f"{kernel.path}:{line}: " if line else "", partial)
         if timing_only:
@@ -353,7 +362,8 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
 
     with cyclic_gc_paused():
         outputs, arguments, acc = _run_guarded(ctx, run, time_limit_s)
-    return SimResult(outputs, acc.trace, ctx.hbm_bytes + acc.spill_bytes + acc.reload_bytes, arguments,
+    hbm = ctx.hbm_bytes if sampling is None else sum(i.hbm_bytes for i in acc.trace if not i.extra.get("spill"))
+    return SimResult(outputs, acc.trace, hbm + acc.spill_bytes + acc.reload_bytes, arguments,
                      acc.sbuf_peak, acc.psum_peak, acc.spill_bytes, acc.reload_bytes, acc.spills, acc.reloads)
 
 

@@ -100,7 +100,8 @@ class SimContext:
     def loop(self, iterable, sequential: bool, kind: str):
         loop_id = self.new_loop_id()
         outer = self.loop_path
-        sampled = self.sampling.start(self.line(), len(iterable), len(self.trace), loop_id) if self.sampling else None
+        sampled = (self.sampling.start(self.line(), len(iterable), len(self.trace), loop_id, outer)
+                   if self.sampling else None)
         try:
             for i, value in enumerate(iterable):
                 if sampled is not None and not sampled.goes_on(i, len(self.trace)):
@@ -110,4 +111,4 @@ class SimContext:
         finally:
             self.loop_path = outer
             if sampled is not None:
-                sampled.end()
+                sampled.end(len(self.trace))
