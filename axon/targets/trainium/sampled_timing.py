@@ -49,6 +49,7 @@ from axon.targets.trainium.hardware import HardwareDescription
 from axon.targets.trainium.perfmodel import estimate
 from axon.targets.trainium.simulator import LoopSampling, simulate
 from axon.targets.trainium.simulator.sampling import MIN_BODY, MIN_TRIP, View
+from axon.targets.trainium.trace import cyclic_gc_paused
 
 KEEP = 2  # iterations a cut loop runs; the extension is the time of one more
 STEP = 2  # iterations the longer runs add (the extension is their average)
@@ -119,6 +120,11 @@ def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = K
     """The latency of `kernel` on `inputs` (shapes) as the full timing-only path estimates it,
     from one run that cuts long loops after `keep` iterations (and STEP more, for the longer
     views); the whole kernel where that would not save much."""
+    with cyclic_gc_paused():  # the views are made between simulation and estimates (trace.py says why)
+        return _sampled_latency(kernel, inputs, hw, keep, sim_options)
+
+
+def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, sim_options: dict) -> SampledLatency:
     work = 0
 
     def whole() -> SampledLatency:
