@@ -12,9 +12,9 @@ first, the last, and blocks spread evenly between, as many as the budget allows 
 A checked block is a multiple of every pass's row block, so each pass computes exactly the rows
 the next one reads; the code and HBM addressing are the full kernel's. Rows are independent (every
 computed value of a kernel carries the row dimension at axis -2: fusion.nodes.RowWorld), so the
-reference is the program on the inputs' same rows, one run of adjacent blocks at a time, with its
-positions along the rows (an arange: a causal mask) counted from the run's first row and a size
-read as a number (t - s) at the full size (rows_window). Every pass's row tile divides the row count
+reference is the program on the inputs' same rows, all at once, with its positions along the rows
+(an arange: a causal mask) each the row's own index and a size read as a number (t - s) at the
+full size (rows_window). Every pass's row tile divides the row count
 (tiling.space), so no row tile is partial; column edges (a shorter last column chunk or n tile)
 lie inside every checked row.
 
@@ -23,7 +23,7 @@ Invariant: shared stage; the target is reached through `target.run` (select.chec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import numpy as np
@@ -159,30 +159,23 @@ def _reference(graph: Graph, kernel_graph: Graph, g: int, cand: Candidate, ref_i
 
 
 def _reference_on_rows(graph, kernel_graph, g, cand, data, sizes, dtype, narrow, rows: CheckedRows):
-    """The reference on the checked rows only: one window of rows at a time, each computed by the
-    program on those rows where its positions start at the window's first row (rows_window); all
-    the rows at once where the program reads no position of a row (at Llama sizes, each window
-    reads the whole weight)."""
+    """The reference on the checked rows only, all at once (at Llama sizes each run of rows would
+    read the whole weight again): the program on those rows, with their positions where it reads
+    them (rows_window)."""
     row = RowWorld.of(graph).row
     in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
-    # rows_window moves exactly the aranges of the row dimension
-    positional = any(n.op is Op.IOTA and rows.dim in n.params.size.symbols for n in kernel_graph.nodes())
-    parts = []
-    for ranges in ([(r,) for r in rows.ranges] if positional else [rows.ranges]):
-        window = CheckedRows(rows.dim, rows.rows, rows.block, ranges)
-        start = ranges[0][0]
-        ref_in = {k: _take(v, in_axes[k], window) for k, v in data.items()}
-        shifted, moved = rows_window(kernel_graph, rows.dim, start, rows.rows)
-        parts.append(_reference(graph, shifted, g, cand, ref_in, {**sizes, rows.dim: window.checked}, dtype,
-                                frozenset(moved.get(n, n) for n in narrow)))
-    return _joined(parts, _out_axes(graph))
+    ref_in = {k: _take(v, in_axes[k], rows) for k, v in data.items()}
+    window, moved = rows_window(kernel_graph, rows.dim, rows.ranges, rows.rows)
+    return _reference(graph, window, g, cand, ref_in, {**sizes, rows.dim: rows.checked}, dtype,
+                      frozenset(moved.get(n, n) for n in narrow))
 
 
-def rows_window(graph: Graph, dim: str, start: int, rows: int) -> tuple[Graph, dict[Node, Node]]:
-    """`graph` computing rows start, start + 1, ... of its row dimension `dim` (of `rows`), with `dim`
-    then bound to the window's length; and the nodes it changed, old to new. Rows are independent,
-    but a position of one (an arange of `dim`: a causal mask) and the size read as a number (the
-    offset t - s) say where the row is: the first counts from `start`, the second stays `rows`."""
+def rows_window(graph: Graph, dim: str, ranges, rows: int) -> tuple[Graph, dict[Node, Node]]:
+    """`graph` computing the rows `ranges` ((start, stop), ...) of its row dimension `dim` (of
+    `rows`), one range after another, with `dim` then bound to their count; and the nodes it
+    changed, old to new. Rows are independent, but a position of one (an arange of `dim`: a causal
+    mask) and the size read as a number (the offset t - s) say where the row is: the first is the
+    row's own index, the second stays `rows`."""
     moved: dict[Node, Node] = {}
     for node in graph.nodes():
         if node.op is Op.CONST and isinstance(node.params.value, Size) and dim in node.params.value.symbols:
@@ -190,27 +183,30 @@ def rows_window(graph: Graph, dim: str, start: int, rows: int) -> tuple[Graph, d
         elif node.op is Op.IOTA and dim in node.params.size.symbols:
             if node.params.size.as_symbol() != dim:
                 raise UnsupportedError(f"arange({node.params.size}) cannot be checked on some rows of {dim}")
-            moved[node] = make_node(Op.ADD, [node, Node(Op.CONST, (), ConstParams(start), ())])
+            moved[node] = _positions(node, ranges)
         elif any(i in moved for i in node.inputs):
             moved[node] = make_node(node.op, [moved.get(i, i) for i in node.inputs], node.params)
     outputs = tuple(moved.get(o, o) for o in graph.outputs)
     return Graph(graph.inputs, outputs, graph.constraints), moved
 
 
+def _positions(iota: Node, ranges) -> Node:
+    """The row positions of `ranges` laid end to end, from `iota` (0, 1, ... over them): i plus the
+    shift of the range that i falls in, a step function of i (the ranges' shifts only grow)."""
+    def const(v):
+        return Node(Op.CONST, (), ConstParams(v), ())
+
+    out, first, shift = iota, 0, 0  # first: where the range starts among the checked rows
+    for start, stop in ranges:
+        step = start - first - shift
+        if step:
+            jump = const(step) if first == 0 else make_node(Op.MUL, [const(step), make_node(Op.GE, [iota, const(first)])])
+            out = make_node(Op.ADD, [out, jump])
+        shift += step
+        first += stop - start
+    return out
+
+
 def _out_axes(graph: Graph) -> list[Optional[int]]:
     row = RowWorld.of(graph).row
     return [_row_axis(o.shape, row) for o in graph.outputs]
-
-
-def _joined(parts, axes) -> tuple[tuple[np.ndarray, ...], Tolerance]:
-    """The references and bounds of row windows as one, in the order of the windows."""
-    def join(arrays, axis):
-        return arrays[0] if axis is None else np.concatenate(arrays, axis=axis)
-
-    wants = tuple(join([w[i] for w, _ in parts], a) for i, a in enumerate(axes))
-    tols = [t for _, t in parts]
-    tol = replace(tols[0], bounds=tuple(join([t.bounds[i] for t in tols], a) for i, a in enumerate(axes)),
-                  expected=tuple(join([t.expected[i] for t in tols], a) for i, a in enumerate(axes))
-                  if tols[0].expected else (),
-                  reduction=max(t.reduction for t in tols))
-    return wants, tol

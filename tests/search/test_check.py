@@ -124,7 +124,7 @@ def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bo
     assert bounds._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
 
 
-def test_a_reference_without_positions_takes_all_checked_rows_at_once_with_the_same_result(direct, monkeypatch):
+def test_the_reference_takes_all_checked_rows_at_once_with_the_same_result(direct, monkeypatch):
     import axon.search.check as check_module
 
     data = MATMUL.random_inputs(SIZES, "bfloat16", seed=6)
@@ -138,11 +138,16 @@ def test_a_reference_without_positions_takes_all_checked_rows_at_once_with_the_s
     sliced = {k: (v[np.r_[0:128, 2048:2176, 3968:4096]] if k == "x" else v) for k, v in data.items()}
     alone, alone_tol = kernel_reference(MATMUL.graph, sliced, "bfloat16", narrow=frozenset())
     assert np.array_equal(want[0], alone[0]) and np.array_equal(tol.bounds[0], alone_tol.bounds[0])
-    # a causal mask reads each row's position: its windows are computed one at a time
+    # a causal mask reads each row's position: the rows of both windows, at once, each at its own position
     causal = SUITE["causal_gqa"].program
     sizes = {"kv": 1, "g": 1, "s": 512, "t": 512, "d": 64}
     cand = direct_lowering("causal_gqa", causal.graph, sizes, TRN2, "bfloat16", Lowerer(TRN2))
+    data = causal.random_inputs(sizes, "bfloat16", seed=3)
     windows.clear()
-    check_module._reference_on_rows(causal.graph, causal.graph, 1, cand, causal.random_inputs(sizes, "bfloat16"),
-                                    sizes, "bfloat16", frozenset(), CheckedRows("s", 512, 128, ((0, 128), (384, 512))))
-    assert len(windows) == 2
+    want, tol = check_module._reference_on_rows(causal.graph, causal.graph, 1, cand, data, sizes, "bfloat16",
+                                                frozenset(), CheckedRows("s", 512, 128, ((0, 128), (384, 512))))
+    assert [w["s"] for w in windows] == [256]
+    whole, whole_tol = kernel_reference(causal.graph, data, "bfloat16", narrow=frozenset())
+    rows = np.r_[0:128, 384:512]
+    np.testing.assert_allclose(want[0], whole[0][..., rows, :], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tol.bounds[0], whole_tol.bounds[0][..., rows, :], rtol=1e-9)
