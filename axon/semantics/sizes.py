@@ -67,9 +67,14 @@ class Size:
         return None
 
     def evaluate(self, binding: Mapping[str, int]) -> Fraction:
-        total = Fraction(0)
+        return Fraction(self._value(binding))
+
+    def _value(self, binding: Mapping[str, int]):
+        """The size at `binding`: an int where every coefficient is one (the usual case: Fraction
+        arithmetic made tiling's size lookups a sixth of candidate emission), else a Fraction."""
+        total = 0
         for monomial, coeff in self.terms:
-            value = coeff
+            value = coeff.numerator if coeff.denominator == 1 else coeff
             for name in monomial:
                 value *= binding[name]
             total += value
@@ -87,7 +92,9 @@ class Size:
         return Size(out)
 
     def evaluate_int(self, binding: Mapping[str, int]) -> int:
-        value = self.evaluate(binding)
+        value = self._value(binding)
+        if type(value) is int:
+            return value
         if value.denominator != 1:
             raise ValueError(f"size {self} is not an integer when {dict(binding)}")
         return int(value)

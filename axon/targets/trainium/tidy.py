@@ -36,12 +36,24 @@ def tidy(lines: list[str], constants: dict[int, tuple[str, int]]) -> list[str]:
         if line.lstrip().startswith("#"):
             out.append(line)
             continue
-        values = {var: value for _, var, value in scope}
-        if values:  # outside subscripts too (an affine_select's offset)
-            line = re.sub(r"\b(" + "|".join(map(re.escape, values)) + r")\b", lambda m: str(values[m.group(1)]), line)
-        line = _OFFSET.sub(lambda m: m.group(1) + _expr(m.group(2)), line)
-        out.append(simplify_subscripts(line))
+        out.append(_tidy_line(line, tuple({var: value for _, var, value in scope}.items())))
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)  # candidates of one search share most of their lines
+def _tidy_line(line: str, values: tuple) -> str:
+    """One line with the bindings `values` ((var, value), ...) substituted and simplified."""
+    if values:  # outside subscripts too (an affine_select's offset)
+        named = dict(values)
+        line = _names(tuple(named)).sub(lambda m: str(named[m.group(1)]), line)
+    if "offset=" in line:
+        line = _OFFSET.sub(lambda m: m.group(1) + _expr(m.group(2)), line)
+    return simplify_subscripts(line)
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _names(names: tuple) -> re.Pattern:
+    return re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
 
 
 @functools.lru_cache(maxsize=1 << 16)  # candidates of one search share most of their lines
