@@ -63,7 +63,9 @@ def render(rows: list, command: str, keep: int) -> str:
     cut = [r for r in rows if not r["exact"]]
     lines = [
         "# Loop-sampled timing against the full timing-only path (trn2)", "",
-        f"Command: `{command}` (cut loops run {keep} iterations; one more run per group of loops cut alike). "
+        f"Command: `{command}` (cut loops run {keep} iterations; the cut run and one longer run per group of "
+        "loops cut alike are views of one simulation; work: instructions simulated and timed, weighted by "
+        "their cost, `sampled_timing._work`; the full path simulates and times each instruction once). "
         "Kernels: the stored winners of `optimize_suite.py` at each case's sizes. Times are medians "
         "of repeated runs in one process on this machine (2 cores).", "",
         f"- kernels: {len(rows)}; with a loop cut: {len(cut)} (the others ran whole: the same latency, exactly)",
@@ -74,7 +76,7 @@ def render(rows: list, command: str, keep: int) -> str:
                      f"median, sampled {statistics.median(r['sampled_s'] for r in cut):.2f} s median "
                      f"(largest full {max(r['full_s'] for r in cut):.2f} s; its sampled time "
                      f"{max(cut, key=lambda r: r['full_s'])['sampled_s']:.2f} s)")
-    lines += ["", "| case | kernel | full (us) | sampled (us) | difference | instructions full / sampled "
+    lines += ["", "| case | kernel | full (us) | sampled (us) | difference | work full / sampled "
               "| time full / sampled (s) | cut loops |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['kernel']} | {r['full_ns'] / 1e3:.1f} | {r['sampled_ns'] / 1e3:.1f} | "
