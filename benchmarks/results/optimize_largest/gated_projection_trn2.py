@@ -5,7 +5,7 @@ rewrites: none (the program as written)
 fusion:   unfused (4 passes; values crossing passes go through HBM)
 layout:   stationary operands transposed by pe
 pass 1:   matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
-pass 2:   silu; row tile 128 x block 1, 2 column chunks per row tile
+pass 2:   silu; row tile 128 x block 1, 8 column chunks per row tile
 pass 3:   matmul; row tile 128 x block 4, matmul n tile 512, n block 512, k tile 128
 pass 4:   mul; row tile 128 x block 1, 4 column chunks per row tile
 lowerings: matmul (synthesis, proved), mul (synthesis, proved), silu (synthesis, proved)
@@ -129,13 +129,13 @@ def gated_projection(x, w1, w2):
                 nisa.dma_copy(dst=scratch[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_nb * 512, 512)], src=o[0:128, 0:512])
     # pass 2: silu  (rows 128 x 1 per block)
     for i_rb in nl.affine_range(16):
-        for i_c in nl.affine_range(2):
-            scratch_t = nl.ndarray((128, 14336), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=scratch_t[0:128, 0:14336], src=scratch[nl.ds(i_rb * 128, 128), nl.ds(i_c * 14336, 14336)])
-            silu1 = nl.ndarray((128, 14336), dtype=DT, buffer=nl.sbuf)
+        for i_c in nl.affine_range(8):
+            scratch_t = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
+            nisa.dma_copy(dst=scratch_t[0:128, 0:3584], src=scratch[nl.ds(i_rb * 128, 128), nl.ds(i_c * 3584, 3584)])
+            silu1 = nl.ndarray((128, 3584), dtype=DT, buffer=nl.sbuf)
             # silu: 1 instruction(s), proved
-            nisa.activation(dst=silu1[0:128, 0:14336], data=scratch_t[0:128, 0:14336], op=nl.silu)
-            nisa.dma_copy(dst=scratch1[nl.ds(i_rb * 128, 128), nl.ds(i_c * 14336, 14336)], src=silu1[0:128, 0:14336])
+            nisa.activation(dst=silu1[0:128, 0:3584], data=scratch_t[0:128, 0:3584], op=nl.silu)
+            nisa.dma_copy(dst=scratch1[nl.ds(i_rb * 128, 128), nl.ds(i_c * 3584, 3584)], src=silu1[0:128, 0:3584])
     # pass 3: matmul  (rows 128 x 4 per block, n_tile 512, n_block 512)
     for i_rb in nl.affine_range(4):
         lhsT1 = nl.ndarray((128, 32768), dtype=DT, buffer=nl.sbuf)

@@ -3,7 +3,7 @@
 sizes:    m=4096, n=8192
 rewrites: none (the program as written)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-pass 1:   mul; row tile 128 x block 8, 2 column chunks per row tile
+pass 1:   mul; row tile 128 x block 4, 2 column chunks per row tile
 lowerings: mul (synthesis, proved)
 checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.0312, 0.99 of its per-element error bound
 """
@@ -20,16 +20,16 @@ def mul(x, y):
     assert y.dtype == nl.bfloat16, f"y: expected bfloat16, got {y.dtype}"
     DT = x.dtype
     out = nl.ndarray((4096, 8192), dtype=DT, buffer=nl.shared_hbm)
-    # pass 1: mul  (rows 128 x 8 per block)
-    for i_rb in nl.affine_range(4):
-        for i_r in nl.affine_range(8):
+    # pass 1: mul  (rows 128 x 4 per block)
+    for i_rb in nl.affine_range(8):
+        for i_r in nl.affine_range(4):
             for i_c in nl.affine_range(2):
                 x_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_rb * 1024 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)])
+                nisa.dma_copy(dst=x_t[0:128, 0:4096], src=x[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)])
                 y_t = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=y_t[0:128, 0:4096], src=y[nl.ds(i_rb * 1024 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)])
+                nisa.dma_copy(dst=y_t[0:128, 0:4096], src=y[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)])
                 mul1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
                 # mul: 1 instruction(s), proved
                 nisa.tensor_tensor(dst=mul1[0:128, 0:4096], data1=x_t[0:128, 0:4096], data2=y_t[0:128, 0:4096], op=nl.multiply)
-                nisa.dma_copy(dst=out[nl.ds(i_rb * 1024 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)], src=mul1[0:128, 0:4096])
+                nisa.dma_copy(dst=out[nl.ds(i_rb * 512 + i_r * 128, 128), nl.ds(i_c * 4096, 4096)], src=mul1[0:128, 0:4096])
     return out
