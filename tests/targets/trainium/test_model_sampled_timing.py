@@ -298,24 +298,9 @@ def test_the_source_counts_agree_with_the_runs_on_every_stored_quick_kernel_they
 
 
 def test_the_source_counts_a_cut_loop_inside_another_as_the_sampled_run_issues_it():
-    source = NEW + textwrap.dedent("""
-    @nki.jit
-    def mm(xT, w):
-        out = nl.ndarray((128, 8192), dtype=w.dtype, buffer=nl.shared_hbm)
-        for i_m in nl.affine_range(8):
-            for i_n in nl.affine_range(16):
-                acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-                for i_k in nl.affine_range(16):
-                    a = nl.ndarray((128, 128), dtype=xT.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=a, src=xT[nl.ds(i_k * 128, 128), 0:128])
-                    b = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=b, src=w[nl.ds(i_k * 128, 128), nl.ds(i_n * 512, 512)])
-                    nisa.nc_matmul(dst=acc, stationary=a, moving=b)
-                o = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=o, src=acc)
-                nisa.dma_copy(dst=out[0:128, nl.ds(i_n * 512, 512)], src=o)
-        return out
-    """)
+    # the matmul pass inside an 8-iteration loop
+    source = (NEW + "@nki.jit\ndef mm(xT, w):\n" + hbm_out("out") + "    for i_m in nl.affine_range(8):\n"
+              + textwrap.indent(matmul_pass("out"), "    ") + "    return out\n")
     run = LoopSampling(2, sampled_timing.STEP)
     simulate_source(source, None, MATMUL_IN, target="trn2", timing_only=True, sampling=run)
     assert len(run.view().cut) == 2  # i_m and i_n, one inside the other
