@@ -118,7 +118,8 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
                      + (f", {t.col_split} column chunks per row tile" if t.col_split > 1 else "")
                      + (f", rows walked in column chunks of {t.col_chunk}" if t.col_chunk else "")
                      + (f", weights streamed along K in pieces of <= {t.k_block} rows" if t.k_block else "")
-                     + (f", keys walked in chunks of {t.kv_chunk} with a running softmax state (online softmax: "
+                     + (f", keys walked in chunks of {t.kv_chunk} (exp @ v in k tiles of {t.kv_tile}) with a "
+                        "running softmax state (online softmax: "
                         f"the merge of chunk states {merge_lemma().status.value.lower()} by the verifier)"
                         if t.kv_chunk else ""))
     if lowering_sources:

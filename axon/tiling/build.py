@@ -135,6 +135,7 @@ class KernelBuilder:
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
         self.program_sizes = dict(sizes)  # never rebound (self.sizes is, for a causal pass's row blocks)
         self.seen = None  # in a causal pass's run of row blocks: (its Prefix, the run's first row)
+        self.walk_values = None  # in an online pass: its exp @ W2 matmul
         self.nests = 0  # loop nests (passes, causal runs) begun so far
         self.rows = rows
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
@@ -286,6 +287,7 @@ class KernelBuilder:
         form = online_softmax(w, p.group)
         if form is None:
             raise UnsupportedError("an online-softmax tiling of a pass without max, exp, sum between two matmuls")
+        self.walk_values = form.o
         lemma = merge_lemma()
         if lemma.status is not Status.PROVED:
             raise UnsupportedError(f"online softmax: the merge of chunk states is not proved ({lemma.status.value})")
@@ -351,16 +353,17 @@ class KernelBuilder:
         P, KT, CH, NT = t.row_tile, t.k_tile, t.kv_chunk, t.n_tile_for(t.kv_chunk)
         rows = _ex(rows0, ("i_r", P))
         s_mm, v_mm = form.scores.matmuls[0], form.o
+        VT = self._k_tile(v_mm, t)  # exp @ W2 contracts over the chunk's keys: its own tile
         x = form.m.inputs[0]
         D, K1 = self.cols(v_mm), self.cols(s_mm.inputs[0])
         # weights: whole on chip (the chunk's columns / k tiles of them), or this chunk's block
         if s_mm in self.shared_weights:
             w1, c1 = self.shared_weights[s_mm], _ex(("i_kt", T), ("i_ch", CH), ("i_nt", NT))
-            w2, c2 = self.shared_weights[v_mm], _ex(("i_ch", CH // KT * D), ("i_kt", D))
+            w2, c2 = self.shared_weights[v_mm], _ex(("i_ch", CH // VT * D), ("i_kt", D))
         else:
             dma = self.opt.stationary == "dma"
             w1 = self._weight_piece(s_mm, K1, KT, CH, None, P, at=((), (("i_ch", CH),)), dma=dma)
-            w2 = self._weight_piece(v_mm, CH, KT, D, None, P, at=((("i_ch", CH),), ()), dma=dma)
+            w2 = self._weight_piece(v_mm, CH, VT, D, None, P, at=((("i_ch", CH),), ()), dma=dma)
             c1, c2 = _ex(("i_kt", CH), ("i_nt", NT)), _ex(("i_kt", D))
         xs = em.alloc(f"{self._nm(x)}_chunk", P, CH, "f32")
         # each piece's max taken on its way out of PSUM, by the scores' element-wise tail (a
@@ -404,10 +407,10 @@ class KernelBuilder:
         if by_parts:
             reads[part_node] = em.view(parts, P, "0", CH // NT)
         self.run_program(nodes, list(tiles), reads.__getitem__, lambda n: tiles[n], P)
-        eT = em.alloc(f"{self._nm(form.e)}_T", KT, CH // KT * P, "kernel")
-        em.transpose_into(eT, tiles[cs["e"]], P, KT, CH // KT, "i_r", "0")
+        eT = em.alloc(f"{self._nm(form.e)}_T", VT, CH // VT * P, "kernel")
+        em.transpose_into(eT, tiles[cs["e"]], P, VT, CH // VT, "i_r", "0")
         acc_o = em.alloc("acc", P, D, "accum")
-        em.matmul(acc_o, eT, w2, P, KT, D, CH // KT, _ex(("i_kt", P)), c2, step=self.lowerer.matmul(v_mm).steps[0])
+        em.matmul(acc_o, eT, w2, P, VT, D, CH // VT, _ex(("i_kt", P)), c2, step=self.lowerer.matmul(v_mm).steps[0])
         em.copy(em.view(slots["o"], P, _ex(("i_ch", D)), D), em.view(acc_o, P, "0", D))
 
     def _online_merge(self, form, P: int, D: int, state: dict, slots: dict):
@@ -522,8 +525,13 @@ class KernelBuilder:
             K = self.cols(ph.matmuls[0].inputs[0])
             with em.loop("i_nb", 1):
                 for mm in ph.matmuls:
-                    self.shared_weights[mm] = self._weight_piece(mm, K, t.k_tile, self.cols(mm), None, t.row_tile,
-                                                                 dma=dma)
+                    self.shared_weights[mm] = self._weight_piece(mm, K, self._k_tile(mm, t), self.cols(mm), None,
+                                                                 t.row_tile, dma=dma)
+
+    def _k_tile(self, mm: Node, t: Tiling) -> int:
+        """Contraction rows per instruction of matmul `mm`: an online walk's exp @ W2 contracts
+        over a chunk's keys in t.kv_tile; every other matmul in t.k_tile."""
+        return t.kv_tile if t.kv_chunk and mm is self.walk_values else t.k_tile
 
     def _blocks(self, block_rows: int):
         """The row blocks of `block_rows` rows a check's kernel runs (None: all of them)."""

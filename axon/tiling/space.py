@@ -63,11 +63,14 @@ class Tiling:
     # chip (a multiple of k_tile); 0: the whole K x n_block weight strip resident at once
     kv_chunk: int = 0  # an online-softmax pass (tiling.online): columns of the scores per chunk of
     # the walk; its weights whole on chip (n_block 0) or loaded per chunk (n_block = kv_chunk)
+    kv_tile: int = 0  # an online walk: contraction rows per instruction of exp @ W2, over a chunk's
+    # keys (k_tile is the scores' contraction, the head dim: at d = 64 half the partitions)
 
     def describe(self) -> dict:
         return {"row_tile": self.row_tile, "row_block": self.row_block, "n_tile": self.n_tile,
                 "n_block": self.n_block, "k_tile": self.k_tile, "col_split": self.col_split,
-                "col_chunk": self.col_chunk, "k_block": self.k_block, "kv_chunk": self.kv_chunk}
+                "col_chunk": self.col_chunk, "k_block": self.k_block, "kv_chunk": self.kv_chunk,
+                "kv_tile": self.kv_tile}
 
     def k_block_for(self, k: int) -> int:
         """Contraction rows per weight piece for a matmul over k: the largest multiple of k_tile that
@@ -277,12 +280,13 @@ def _online_tilings(world: RowWorld, group: Group, sizes, limits: Limits, row_ti
     for ch in DEFAULT_KV_CHUNKS:
         if ch >= T or T % ch or ch % nt:
             continue
-        whole = Tiling(row_tile, 1, nt, 0, k_tile, kv_chunk=ch)
+        kv_tile = divisor_at_most(ch, limits.contraction_max)
+        whole = Tiling(row_tile, 1, nt, 0, k_tile, kv_chunk=ch, kv_tile=kv_tile)
         why = check(world, group, whole, sizes, limits) if sharing > 1 else "one row tile per weight load"
         if not why:
             out.append(whole)
             continue
-        t = Tiling(row_tile, 1, nt, ch, k_tile, kv_chunk=ch)
+        t = Tiling(row_tile, 1, nt, ch, k_tile, kv_chunk=ch, kv_tile=kv_tile)
         why = check(world, group, t, sizes, limits)
         (rejected.append((t, why)) if why else out.append(t))
     return out
@@ -396,6 +400,7 @@ def _check_online(world: RowWorld, group: Group, t: Tiling, sizes, limits: Limit
     if form is None:
         return "not an online-softmax pass (max, exp, sum between two matmuls)"
     chunk = {**sizes, form.dim: t.kv_chunk}
+    # (it counts exp^T and W2's pieces in k_tile tiles: where kv_tile is wider, more than they take)
     per_chunk = Tiling(t.row_tile, t.row_block, t.n_tile, 0, t.k_tile)
     why = check(world, group, per_chunk, chunk, limits, dsize)
     if why:
@@ -418,10 +423,10 @@ def _online_extra_bytes(form, t: Tiling, sizes, dsize: int) -> int:
     if not t.n_block:
         T = sizes[form.dim]
         W1, W2 = form.scores.matmuls[0].inputs[1], form.o.inputs[1]
-        # W1 [K, T] in K / k_tile tiles of T columns; W2 [T, N] in T / k_tile tiles of N columns
+        # W1 [K, T] in K / k_tile tiles of T columns; W2 [T, N] in T / kv_tile tiles of N columns
         rest = T - t.kv_chunk
         extra += -(-concrete(W1.shape[-2], sizes) // t.k_tile) * rest * dsize
-        extra += rest // t.k_tile * concrete(W2.shape[-1], sizes) * dsize
+        extra += rest // t.kv_tile * concrete(W2.shape[-1], sizes) * dsize
     return extra
 
 

@@ -116,6 +116,9 @@ def test_walk_kernels_match_the_reference(name, sizes, weights):
     chunks = {c.passes[0].tiling.kv_chunk for c in walks}
     assert chunks == {512, 1024} and {c.options.precision for c in walks} == {"f32", "kernel"}
     assert {c.passes[0].tiling.n_block for c in walks} == ({0} if weights == "whole" else chunks)
+    # exp @ v contracts over a chunk's keys on all 128 partitions, also where q k^T contracts over
+    # a head dim of 64 (k tile 64)
+    assert {(c.passes[0].tiling.k_tile, c.passes[0].tiling.kv_tile) for c in walks} == {(sizes.get("d", 128), 128)}
     inputs = prog.random_inputs(sizes, "bfloat16", seed=3)
     want, tol = kernel_reference(prog.graph, inputs, "bfloat16")
     seen, scaled_scores = set(), []
