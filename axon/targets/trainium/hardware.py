@@ -232,7 +232,8 @@ class DmaSpec:
     fixed_ns: float  # descriptor, semaphore and start cost per transfer [dma-bw]
     saturation_bytes: int  # payload per partition from which the engines run at peak [dma-bw]
     small_payload_exponent: float  # how fast efficiency falls below saturation (fitted)
-    transpose_efficiency: float = 1.0  # DMA transpose throughput relative to a copy
+    transpose_efficiency: float = 1.0  # DMA transpose throughput relative to a copy, HBM -> SBUF
+    onchip_transpose_efficiency: float = 1.0  # the same, SBUF -> SBUF
 
     @property
     def bytes_per_ns(self) -> float:
@@ -378,10 +379,11 @@ TRN2 = HardwareDescription(
     },
     # 16 engines x 23 B/ns = 368 GB/s [dma-bw]; ~600 ns fixed cost with hardware descriptor
     # generation [dma overview]: NKI DMAs from HBM use it on v3, so we take 600, not 1300.
-    # DMA transpose runs at ~90% of copy throughput HBM->SBUF [arch trainium2_arch].
+    # DMA transpose runs at ~90% of copy throughput HBM->SBUF, ~50% SBUF->SBUF [arch trainium2_arch].
     dma=DmaSpec(engines=16, queues=16, bytes_per_ns_per_engine=23.0, fixed_ns=600.0,
                 saturation_bytes=_DMA_SATURATION_BYTES,
-                small_payload_exponent=_DMA_SMALL_PAYLOAD_EXPONENT, transpose_efficiency=0.9),
+                small_payload_exponent=_DMA_SMALL_PAYLOAD_EXPONENT, transpose_efficiency=0.9,
+                onchip_transpose_efficiency=0.5),
     # 2.9 TB/s per chip, 8 cores [arch trainium2_arch]; one page says 3 TB/s. We keep the
     # architecture guide's number, the primary source for v3 (the two differ by 3%).
     hbm_bytes_per_ns=2900.0 / 8,

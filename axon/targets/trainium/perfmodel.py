@@ -784,7 +784,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         contiguous = ins.extra.get("chunk_bytes") or per_partition
         eff = dma.efficiency(contiguous)
         if ins.extra.get("transpose"):
-            eff *= dma.transpose_efficiency
+            eff *= dma.transpose_efficiency if ins.hbm_bytes else dma.onchip_transpose_efficiency
         bw = hbm_bw if ins.hbm_bytes else dma.bytes_per_ns
         data_ns = ins.dma_bytes / (bw * eff)
         end = bandwidth.book(issued, data_ns)
