@@ -111,15 +111,15 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
         lines.append("layout:   " + "; ".join(layout))
     for i, p in enumerate(cand.passes):
         t = p.tiling
-        matmul = (f", matmul n tile {t.n_tile}, n block {t.n_block or 'whole width'}, k tile {t.k_tile}"
-                  if _has_matmul(p) else "")
+        ks = sorted({t.k_tile_for(concrete(n.inputs[0].shape[-1], sizes)) for n in p.group.nodes if n.op is Op.MATMUL})
+        matmul = (f", matmul n tile {t.n_tile}, n block {t.n_block or 'whole width'}, k tile "
+                  + "/".join(map(str, ks)) if ks else "")
         lines.append(f"pass {i + 1}:   {', '.join(n.op.value for n in p.group.nodes)}; row tile {t.row_tile} x block "
                      f"{t.row_block}{matmul}"
                      + (f", {t.col_split} column chunks per row tile" if t.col_split > 1 else "")
                      + (f", rows walked in column chunks of {t.col_chunk}" if t.col_chunk else "")
                      + (f", weights streamed along K in pieces of <= {t.k_block} rows" if t.k_block else "")
-                     + (f", keys walked in chunks of {t.kv_chunk} (exp @ v in k tiles of {t.kv_tile}) with a "
-                        "running softmax state (online softmax: "
+                     + (f", keys walked in chunks of {t.kv_chunk} with a running softmax state (online softmax: "
                         f"the merge of chunk states {merge_lemma().status.value.lower()} by the verifier)"
                         if t.kv_chunk else ""))
     if lowering_sources:

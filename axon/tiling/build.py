@@ -135,7 +135,6 @@ class KernelBuilder:
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
         self.program_sizes = dict(sizes)  # never rebound (self.sizes is, for a causal pass's row blocks)
         self.seen = None  # in a causal pass's run of row blocks: (its Prefix, the run's first row)
-        self.walk_values = None  # in an online pass: its exp @ W2 matmul
         self.nests = 0  # loop nests (passes, causal runs) begun so far
         self.rows = rows
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
@@ -265,7 +264,7 @@ class KernelBuilder:
             for n in stationary:
                 if n in members or self._transposed_in_row_phase(n, phs, t):
                     K = self.cols(n)
-                    kt = t.k_tile
+                    kt = t.k_tile_for(K)
                     trans[n] = (em.alloc(f"{self._nm(n)}_T", kt, (K // kt) * BM * P, "kernel"), K // kt, "i_r")
             for i, ph in enumerate(phs):
                 if ph.kind == "row":
@@ -287,7 +286,6 @@ class KernelBuilder:
         form = online_softmax(w, p.group)
         if form is None:
             raise UnsupportedError("an online-softmax tiling of a pass without max, exp, sum between two matmuls")
-        self.walk_values = form.o
         lemma = merge_lemma()
         if lemma.status is not Status.PROVED:
             raise UnsupportedError(f"online softmax: the merge of chunk states is not proved ({lemma.status.value})")
@@ -313,8 +311,8 @@ class KernelBuilder:
             A = form.scores.matmuls[0].inputs[0]
             trans = {}
             if A in members:
-                trans[A] = (em.alloc(f"{self._nm(A)}_T", t.k_tile, self.cols(A) // t.k_tile * P, "kernel"),
-                            self.cols(A) // t.k_tile, "i_r")
+                kt = t.k_tile_for(self.cols(A))
+                trans[A] = (em.alloc(f"{self._nm(A)}_T", kt, self.cols(A) // kt * P, "kernel"), self.cols(A) // kt, "i_r")
             for ph in form.lead:
                 self.row_phase(ph, t, rows0, {}, trans, members, {A}, consumers, owner, pi)
             qT, _, tcol = self._stationary(A, t, rows0, {}, trans, members)
@@ -350,12 +348,12 @@ class KernelBuilder:
         """One chunk of an online-softmax walk (self.sizes binds t to the chunk): its scores and
         its state (n_c, l_c, o_c), written to slot i_ch of `slots`."""
         em = self.em
-        P, KT, CH, NT = t.row_tile, t.k_tile, t.kv_chunk, t.n_tile_for(t.kv_chunk)
+        P, CH, NT = t.row_tile, t.kv_chunk, t.n_tile_for(t.kv_chunk)
         rows = _ex(rows0, ("i_r", P))
         s_mm, v_mm = form.scores.matmuls[0], form.o
-        VT = self._k_tile(v_mm, t)  # exp @ W2 contracts over the chunk's keys: its own tile
         x = form.m.inputs[0]
         D, K1 = self.cols(v_mm), self.cols(s_mm.inputs[0])
+        KT, VT = t.k_tile_for(K1), t.k_tile_for(CH)  # q k^T over the head dim, exp @ W2 over the keys
         # weights: whole on chip (the chunk's columns / k tiles of them), or this chunk's block
         if s_mm in self.shared_weights:
             w1, c1 = self.shared_weights[s_mm], _ex(("i_kt", T), ("i_ch", CH), ("i_nt", NT))
@@ -525,13 +523,8 @@ class KernelBuilder:
             K = self.cols(ph.matmuls[0].inputs[0])
             with em.loop("i_nb", 1):
                 for mm in ph.matmuls:
-                    self.shared_weights[mm] = self._weight_piece(mm, K, self._k_tile(mm, t), self.cols(mm), None,
+                    self.shared_weights[mm] = self._weight_piece(mm, K, t.k_tile_for(K), self.cols(mm), None,
                                                                  t.row_tile, dma=dma)
-
-    def _k_tile(self, mm: Node, t: Tiling) -> int:
-        """Contraction rows per instruction of matmul `mm`: an online walk's exp @ W2 contracts
-        over a chunk's keys in t.kv_tile; every other matmul in t.k_tile."""
-        return t.kv_tile if t.kv_chunk and mm is self.walk_values else t.k_tile
 
     def _blocks(self, block_rows: int):
         """The row blocks of `block_rows` rows a check's kernel runs (None: all of them)."""
@@ -713,12 +706,12 @@ class KernelBuilder:
                 C, c0 = self.cols(n) // CS, (chunk(n)[0] if CS > 1 else "0")
                 if n in trans:
                     tile, kts, _ = trans[n]
-                    em.transpose_into(tile, dst, P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
+                    em.transpose_into(tile, dst, P, self.cols(n) // kts, kts, "i_r", _ex(("i_r", kts * P)))
                 for oname, transposed in self._needs_store(n, consumers, owner, pi):
                     self.store(n, dst, oname, transposed, rows, P, c0, C)
             for x, (tile, kts, _) in trans.items():
                 if x.op is Op.INPUT and x in here:  # see _transposed_in_row_phase
-                    em.transpose_into(tile, here[x], P, t.k_tile, kts, "i_r", _ex(("i_r", kts * P)))
+                    em.transpose_into(tile, here[x], P, self.cols(x) // kts, kts, "i_r", _ex(("i_r", kts * P)))
 
     def _run_with_concats(self, nodes, needed, operand, dst_for, here, P: int, split: int) -> dict:
         """`run_program` over a row phase whose concatenations (along the columns) are assembled in
@@ -905,9 +898,10 @@ class KernelBuilder:
     # -- matmul phase -----------------------------------------------------------------------
     def matmul_phase(self, ph, t: Tiling, rows0, block, trans, members, consumers, owner, pi):
         em, w = self.em, self.w
-        P, BM, KT = t.row_tile, t.row_block, t.k_tile
+        P, BM = t.row_tile, t.row_block
         A = ph.matmuls[0].inputs[0]
         K = self.cols(A)
+        KT = t.k_tile_for(K)
         N = self.cols(ph.matmuls[0])
         kts = K // KT
         if K % KT:
@@ -944,7 +938,7 @@ class KernelBuilder:
         """A matmul's stationary operand A^T in K-tiles of [KT, P] for the block's rows: (tile,
         layout, k tile -> its columns in the tile)."""
         em, w = self.em, self.w
-        P, BM, KT = t.row_tile, t.row_block, t.k_tile
+        P, BM, KT = t.row_tile, t.row_block, t.k_tile_for(self.cols(A))
         kts = self.cols(A) // KT
         if A in trans:
             tile, _, layout = trans[A]
@@ -1015,7 +1009,7 @@ class KernelBuilder:
         row_block x NB columns per matmul stays in the banks while pieces of KB weight rows are
         loaded (each shared by the block's rows) and accumulated; the epilogue runs once all of K is in."""
         em = self.em
-        P, BM, KT = t.row_tile, t.row_block, t.k_tile
+        P, BM, KT = t.row_tile, t.row_block, t.k_tile_for(K)
         kts, kps = K // KT, KB // KT
         if layout == "i_r":
             lcol = _ex(("i_r", kts * P), ("i_kb", kps * P), ("i_kt", P))
@@ -1046,7 +1040,7 @@ class KernelBuilder:
         epilogue on it, then keep (block buffer, transposed stationary) and store / pack. `bare`:
         a where whose mask keeps every position of these tiles, so its value is its input's."""
         em = self.em
-        P, KT = t.row_tile, t.k_tile
+        P = t.row_tile
         col0 = _ex(("i_nb", NB), ("i_nt", NT))
         kept = lambda n: em.view(block[n], P, _ex(("i_r", N), ("i_nb", NB), ("i_nt", NT)), NT)
         epilogue = ph.epilogue
@@ -1080,6 +1074,9 @@ class KernelBuilder:
                 em.copy(kept(n), here[n])
             if n in trans:
                 ttile, tk, _ = trans[n]
+                KT = self.cols(n) // tk  # n's k tile as a later matmul's stationary operand
+                if NT % KT:
+                    raise UnsupportedError(f"output tiles of {NT} columns are not whole contraction tiles of {KT}")
                 em.transpose_into(ttile, here[n], P, KT, NT // KT, "i_r",
                                   _ex(("i_r", tk * P), ("i_nb", NB // KT * P), ("i_nt", NT // KT * P)))
             for oname, tr in self._needs_store(n, consumers, owner, pi):

@@ -55,29 +55,32 @@ class Tiling:
     row_block: int  # row tiles per block
     n_tile: int  # output columns per matmul instruction
     n_block: int  # output columns per weight block (a multiple of n_tile); 0: whole width
-    k_tile: int
+    k_tile: int  # contraction rows per matmul instruction, at most (each matmul: k_tile_for)
     col_split: int = 1  # element-wise passes: each row tile in this many column chunks (pipelined)
     col_chunk: int = 0  # row passes: columns (of the last axis' symbol) per chunk, the last chunk
     # may be shorter; 0: whole rows
     k_block: int = 0  # matmul passes: contraction rows of each weight piece streamed through the
-    # chip (a multiple of k_tile); 0: the whole K x n_block weight strip resident at once
+    # chip (a multiple of its k tile); 0: the whole K x n_block weight strip resident at once
     kv_chunk: int = 0  # an online-softmax pass (tiling.online): columns of the scores per chunk of
     # the walk; its weights whole on chip (n_block 0) or loaded per chunk (n_block = kv_chunk)
-    kv_tile: int = 0  # an online walk: contraction rows per instruction of exp @ W2, over a chunk's
-    # keys (k_tile is the scores' contraction, the head dim: at d = 64 half the partitions)
 
     def describe(self) -> dict:
         return {"row_tile": self.row_tile, "row_block": self.row_block, "n_tile": self.n_tile,
                 "n_block": self.n_block, "k_tile": self.k_tile, "col_split": self.col_split,
-                "col_chunk": self.col_chunk, "k_block": self.k_block, "kv_chunk": self.kv_chunk,
-                "kv_tile": self.kv_tile}
+                "col_chunk": self.col_chunk, "k_block": self.k_block, "kv_chunk": self.kv_chunk}
+
+    def k_tile_for(self, k: int) -> int:
+        """Contraction rows per matmul instruction for a matmul over k: the widest divisor of k
+        within k_tile (attention at head dim 64 contracts q k^T over 64 rows, exp @ v over 128)."""
+        return divisor_at_most(k, self.k_tile)
 
     def k_block_for(self, k: int) -> int:
-        """Contraction rows per weight piece for a matmul over k: the largest multiple of k_tile that
-        divides k and is at most k_block (k itself when nothing is streamed)."""
+        """Contraction rows per weight piece for a matmul over k: the largest multiple of its k
+        tile that divides k and is at most k_block (k itself when nothing is streamed)."""
         if self.k_block == 0 or self.k_block >= k:
             return k
-        for kb in range(self.k_block - self.k_block % self.k_tile, 0, -self.k_tile):
+        kt = self.k_tile_for(k)
+        for kb in range(self.k_block - self.k_block % kt, 0, -kt):
             if k % kb == 0:
                 return kb
         return k
@@ -210,7 +213,7 @@ def enumerate_tilings(world: RowWorld, group: Group, sizes: Mapping[str, int], l
     dims = group_dims(world, group, sizes)
     R = dims["R"]
     row_tile = divisor_at_most(R, min(limits.partitions, limits.stationary_free_max))
-    k_tile = min([divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
+    k_tile = max([divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
     n_tiles = sorted({divisor_at_most(n, limits.moving_free_max) for n in dims["N"]} or {limits.moving_free_max})
     fits, rejected = [], []
     seen = set()
@@ -280,13 +283,12 @@ def _online_tilings(world: RowWorld, group: Group, sizes, limits: Limits, row_ti
     for ch in DEFAULT_KV_CHUNKS:
         if ch >= T or T % ch or ch % nt:
             continue
-        kv_tile = divisor_at_most(ch, limits.contraction_max)
-        whole = Tiling(row_tile, 1, nt, 0, k_tile, kv_chunk=ch, kv_tile=kv_tile)
+        whole = Tiling(row_tile, 1, nt, 0, k_tile, kv_chunk=ch)
         why = check(world, group, whole, sizes, limits) if sharing > 1 else "one row tile per weight load"
         if not why:
             out.append(whole)
             continue
-        t = Tiling(row_tile, 1, nt, ch, k_tile, kv_chunk=ch, kv_tile=kv_tile)
+        t = Tiling(row_tile, 1, nt, ch, k_tile, kv_chunk=ch)
         why = check(world, group, t, sizes, limits)
         (rejected.append((t, why)) if why else out.append(t))
     return out
@@ -336,6 +338,7 @@ def default_tiling(world: RowWorld, group: Group, sizes: Mapping[str, int], limi
     dims = group_dims(world, group, sizes)
     R = dims["R"]
     row_tile = divisor_at_most(R, min(limits.partitions, limits.stationary_free_max))
+    # the direct lowering: one contraction tile, the narrowest, for all of the pass's matmuls
     k_tile = min([divisor_at_most(k, limits.contraction_max) for k in dims["K"]] or [limits.partitions])
     nt = min([divisor_at_most(n, limits.moving_free_max) for n in dims["N"]] or [limits.moving_free_max])
     t = Tiling(row_tile, 1, nt, nt, k_tile)
@@ -400,7 +403,6 @@ def _check_online(world: RowWorld, group: Group, t: Tiling, sizes, limits: Limit
     if form is None:
         return "not an online-softmax pass (max, exp, sum between two matmuls)"
     chunk = {**sizes, form.dim: t.kv_chunk}
-    # (it counts exp^T and W2's pieces in k_tile tiles: where kv_tile is wider, more than they take)
     per_chunk = Tiling(t.row_tile, t.row_block, t.n_tile, 0, t.k_tile)
     why = check(world, group, per_chunk, chunk, limits, dsize)
     if why:
@@ -423,10 +425,10 @@ def _online_extra_bytes(form, t: Tiling, sizes, dsize: int) -> int:
     if not t.n_block:
         T = sizes[form.dim]
         W1, W2 = form.scores.matmuls[0].inputs[1], form.o.inputs[1]
-        # W1 [K, T] in K / k_tile tiles of T columns; W2 [T, N] in T / kv_tile tiles of N columns
-        rest = T - t.kv_chunk
-        extra += -(-concrete(W1.shape[-2], sizes) // t.k_tile) * rest * dsize
-        extra += rest // t.kv_tile * concrete(W2.shape[-1], sizes) * dsize
+        # W1 [K, T] in K / k tiles of T columns; W2 [T, N] in T / k tiles of N columns
+        rest, K = T - t.kv_chunk, concrete(W1.shape[-2], sizes)
+        extra += -(-K // t.k_tile_for(K)) * rest * dsize
+        extra += rest // t.k_tile_for(t.kv_chunk) * concrete(W2.shape[-1], sizes) * dsize
     return extra
 
 
@@ -478,7 +480,7 @@ def _streams(ph: Phase, t: Tiling, sizes) -> bool:
 def _stationary_bytes(ph: Phase, t: Tiling, sizes, dsize: int) -> int:
     """Bytes per partition of a matmul phase's transposed left operand: all of K, for the block's rows."""
     K = concrete(ph.matmuls[0].inputs[0].shape[-1], sizes)
-    return -(-K // t.k_tile) * t.row_block * t.row_tile * dsize
+    return -(-K // t.k_tile_for(K)) * t.row_block * t.row_tile * dsize
 
 
 def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int], dsize: int = 2) -> int:
@@ -521,7 +523,7 @@ def footprint(world: RowWorld, group: Group, t: Tiling, sizes: Mapping[str, int]
             K = concrete(ph.matmuls[0].inputs[0].shape[-1], sizes)
             N = concrete(ph.matmuls[0].shape[-1], sizes)
             nb = t.n_block_for(N)
-            kb_count = -(-t.k_block_for(K) // t.k_tile)  # k tiles per resident weight piece
+            kb_count = -(-t.k_block_for(K) // t.k_tile_for(K))  # k tiles per resident weight piece
             live += 2 * len(ph.matmuls) * kb_count * nb * dsize  # weight pieces (double-buffered)
             live += 2 * (len(ph.matmuls) + len(ph.epilogue) + 1) * t.n_tile_for(N) * F32
             stored = [n for n in ph.nodes if n in world.graph.outputs

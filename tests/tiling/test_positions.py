@@ -170,6 +170,8 @@ def test_a_causal_kernel_masks_only_the_tiles_the_diagonal_crosses_and_matches()
     cand = next(c for c in cands if len(c.passes) == 1 and c.passes[0].tiling.row_tile * c.passes[0].tiling.row_block == 128
                 and c.passes[0].tiling.n_tile == 512)
     assert "where: the mask keeps every position of these tiles" in cand.source
+    # q k^T contracts over the head dim (64 partitions), exp @ v over 128 keys per instruction
+    assert {int(k) for k in re.findall(r"nc_matmul\(.*stationary=\w+\[0:(\d+), ", cand.source)} == {64, 128}
     data = prog.random_inputs(sizes, "bfloat16", seed=5)
     trace = simulate(load_source(cand.source), data, target="trn2").trace
     # rows 512p .. 512p + 511 see columns 0 .. 512p + 511: tiles 0..p-1 whole, tile p crossed by the
