@@ -230,11 +230,13 @@ ATTENTION = {"small": {"kv": 2, "g": 2, "s": 128, "t": 128}, "quick": {"kv": 8, 
              **{f"{model}_decode_s{s}_t{t}": {**HEADS[model], "s": s, "t": t}
                 for model in ("llama3_8b", "llama3_70b") for s in (1, 16) for t in (4096, 32768)}}
 
-# causal prefill (s = t) at Llama-3 head counts, head dim 128
+# causal prefill (s = t) at Llama-3 head counts, head dim 128, and Llama-3.2-1B's (32 query
+# heads over 8 kv heads, head dim 64)
 CAUSAL = {"small": {"kv": 2, "g": 2, "s": 256, "t": 256, "d": 64},
           "quick": {**HEADS["llama3_8b"], "s": 2048, "t": 2048, "d": 128},
           **{f"{model}_s{n}": {**HEADS[model], "s": n, "t": n, "d": 128}
-             for model in ("llama3_8b", "llama3_70b") for n in (2048, 8192)}}
+             for model in ("llama3_8b", "llama3_70b") for n in (2048, 8192)},
+          **{f"llama3_2_1b_s{n}": {"kv": 8, "g": 4, "s": n, "t": n, "d": 64} for n in (2048, 8192)}}
 
 SUITE: dict[str, Benchmark] = {
     b.name: b

@@ -6,7 +6,8 @@ AWS's own attention kernels run in the same simulator and model at the same shap
 Cases: gqa (softmax(q k^T) v, grouped query heads) at its quick and Llama-3-70B prefill cases,
 scaled attention (1/sqrt(128)) at s = t = 4096 and its quick case, and decode (1 and 16 query
 rows per head against 4096 and 32768 keys, head dim 128 and 64), and causal GQA prefill (s = t =
-2048 at Llama-3-8B and -70B head counts; AWS's kernels with their causal masks on). The roofline
+2048 at Llama-3-8B and -70B head counts, head dim 128, and at Llama-3.2-1B's, head dim 64; AWS's
+kernels with their causal masks on). The roofline
 is the program's: for a causal case it counts the masked half of the scores too. Each Axon kernel is the one
 `optimize` reports, so it passed its numerical check (the report says which rows, at what
 tolerance); an AWS kernel's time counts only when it passed its own check (axon/bench/aws.py).
@@ -33,7 +34,7 @@ CASES = [("gqa", "quick"), ("gqa", "llama3_70b_s2048_t8192"), ("attention", "qui
          ("attention", "llama3_8b_s4096"), ("attention", "llama3_8b_decode_s1_t4096"),
          ("attention", "llama3_8b_decode_s16_t32768"), ("attention", "llama3_70b_decode_s1_t32768"),
          ("attention", "llama3_70b_decode_s16_t4096"), ("gqa", "small_model_decode_s16_t32768"),
-         ("causal_gqa", "quick"), ("causal_gqa", "llama3_70b_s2048")]
+         ("causal_gqa", "quick"), ("causal_gqa", "llama3_70b_s2048"), ("causal_gqa", "llama3_2_1b_s2048")]
 GOAL = 0.70  # of the program roofline (issue 12)
 
 
