@@ -218,6 +218,8 @@ GATED = {"small": {"m": 128, "k": 256, "n": 512}, "quick": {"m": 1024, "k": 2048
 HEADS = {"llama3_8b": {"kv": 8, "g": 4}, "llama3_70b": {"kv": 8, "g": 8}, "small_model": {"kv": 2, "g": 4}}
 GQA = {"small": {"kv": 2, "g": 2, "s": 128, "t": 128, "d": 64},
        "quick": {"kv": 8, "g": 4, "s": 512, "t": 2048, "d": 128},
+       # one head, as AWS's attention performance tutorial computes it (benchmarks/attention.py)
+       **{f"one_head_s{n}": {"kv": 1, "g": 1, "s": n, "t": n, "d": 128} for n in (128, 4096)},
        **{f"{model}_s{s}_t{t}": {**heads, "s": s, "t": t, "d": 128}
           for model, heads in HEADS.items() for s in (128, 512, 2048) for t in (512, 2048, 8192)},
        # decode: a few new query rows per head against the whole context

@@ -7,7 +7,8 @@ Cases: gqa (softmax(q k^T) v, grouped query heads) at its quick and Llama-3-70B 
 scaled attention (1/sqrt(128)) at s = t = 4096 and its quick case, and decode (1 and 16 query
 rows per head against 4096 and 32768 keys, head dim 128 and 64), and causal GQA prefill (s = t =
 2048 at Llama-3-8B and -70B head counts, head dim 128, and at Llama-3.2-1B's, head dim 64; AWS's
-kernels with their causal masks on). The roofline
+kernels with their causal masks on), and one head at s = t = 128 and 4096, the shapes of AWS's
+attention performance tutorial (attn_fwd_v1 .. v11, in a table of their own). The roofline
 is the program's: for a causal case it counts the masked half of the scores too. Each Axon kernel is the one
 `optimize` reports, so it passed its numerical check (the report says which rows, at what
 tolerance); an AWS kernel's time counts only when it passed its own check (axon/bench/aws.py).
@@ -34,7 +35,8 @@ CASES = [("gqa", "quick"), ("gqa", "llama3_70b_s2048_t8192"), ("attention", "qui
          ("attention", "llama3_8b_s4096"), ("attention", "llama3_8b_decode_s1_t4096"),
          ("attention", "llama3_8b_decode_s16_t32768"), ("attention", "llama3_70b_decode_s1_t32768"),
          ("attention", "llama3_70b_decode_s16_t4096"), ("gqa", "small_model_decode_s16_t32768"),
-         ("causal_gqa", "quick"), ("causal_gqa", "llama3_70b_s2048"), ("causal_gqa", "llama3_2_1b_s2048")]
+         ("causal_gqa", "quick"), ("causal_gqa", "llama3_70b_s2048"), ("causal_gqa", "llama3_2_1b_s2048"),
+         ("gqa", "one_head_s128"), ("gqa", "one_head_s4096")]
 GOAL = 0.70  # of the program roofline (issue 12)
 
 
@@ -57,8 +59,12 @@ def run_case(name: str, case: str, target: str, corpus) -> dict:
     return row
 
 
+def _tutorial(kernel: str) -> bool:
+    return kernel.split(":")[-1] in aws.ATTN_TUTORIAL
+
+
 def render(rows: list[dict], command: str, target: str) -> str:
-    kernels = sorted({a["kernel"] for r in rows for a in r.get("aws", [])})
+    kernels = sorted({a["kernel"] for r in rows for a in r.get("aws", []) if not _tutorial(a["kernel"])})
     L = ["# Attention against the roofline and AWS's kernels", "",
          f"Command: `{command}` (target {target}, bfloat16; the model of `axon/targets/trainium/perfmodel.py`). "
          "AWS columns: the kernel's latency in the same simulator and model, and Axon's speedup over it "
@@ -88,9 +94,31 @@ def render(rows: list[dict], command: str, target: str) -> str:
     L += ["", f"At >= {GOAL:.0%} of the roofline: {len(met)} of {len(done)} cases.", ""]
     if whys:
         L += ["Where an AWS kernel has no time:", ""] + whys + [""]
+    L += tutorial_table(rows)
     L += ["Checks (each Axon kernel passed it before being reported):", ""]
     L += [f"- {r['benchmark']} {r['case']}: {r['check']}" for r in done]
     return "\n".join(L) + "\n"
+
+
+def tutorial_table(rows: list[dict]) -> list[str]:
+    """AWS's attention performance tutorial, version by version, at the shapes it runs."""
+    timed = [(r, a) for r in rows if "error" not in r for a in r.get("aws", []) if _tutorial(a["kernel"]) and a["ns"]]
+    if not timed:
+        return []
+    L = ["## AWS's attention performance tutorial (nki-samples `attention_fwd_performance`)", "",
+         "Each version at the shapes it runs (one head, no scale: v1 and v2 at s = t = 128, the later ones "
+         "at 4096), in the same simulator and model; q, k and v transposed on the host to its [d, s] layout.", "",
+         "| kernel | case | AWS us | Axon us | Axon faster by |", "|---|---|---|---|---|"]
+    L += [f"| {a['kernel'].split(':')[-1]} | {r['case']} | {a['ns'] / 1e3:.1f} | {r['axon_ns'] / 1e3:.1f} | "
+          f"{a['ns'] / r['axon_ns']:.2f}x |" for r, a in timed]
+    slower = [a["kernel"] for r, a in timed if a["ns"] < r["axon_ns"]]
+    L += ["", f"Axon is faster than {len(timed) - len(slower)} of {len(timed)}"
+          + (f"; slower than {', '.join(slower)}." if slower else "."), ""]
+    # a version that should run a case but has no time (not a size it refuses) says why
+    failed = [(r, a) for r in {id(r): r for r, _ in timed}.values() for a in r["aws"]
+              if _tutorial(a["kernel"]) and not a["ns"] and not a["why"].startswith("the kernel ")]
+    L += [f"- {a['kernel'].split(':')[-1]} at {r['case']}: {a['why']}" for r, a in failed]
+    return L + ([""] if failed else [])
 
 
 def main() -> int:

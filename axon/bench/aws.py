@@ -167,6 +167,34 @@ _ATTENTION = (("gqa", 1.0, "1", False), ("attention", suite.HEAD_DIM ** -0.5, "1
               ("causal_gqa", 1.0, "1", True))
 
 
+# --- the attention tutorial: attn_fwd_vN(q [d, s], k [d, s], v [d, s]) -> [s, d], one head, no scale --
+ATTN_TUTORIAL = ("attn_fwd_v1", "attn_fwd_v2", "attn_fwd_v3", "attn_fwd_v4", "attn_fwd_v5", "attn_fwd_v6",
+                 "attn_fwd_v7", "attn_fwd_v8", "attn_fwd_v8a", "attn_fwd_v9", "attn_fwd_v10", "attn_fwd_v11")
+
+
+def _attn_tutorial(function: str) -> AwsKernel:
+    """One version of the attention performance tutorial: gqa with one head (kv = g = 1), s = t,
+    head dim 128; v1 and v2 only at s = 128 (no tiling), the later ones at s >= 512 in whole
+    512-row tiles."""
+    toy = function in ("attn_fwd_v1", "attn_fwd_v2")
+
+    def prepare(x, sizes, corpus):
+        return {n: x[n][0, 0].T for n in ("q", "k", "v")}, {}
+
+    def finish(outs, sizes):
+        return [np.asarray(outs[0]).reshape(1, 1, sizes["s"], sizes["d"])]
+
+    def refuses(sizes, dtype):
+        if (sizes["kv"], sizes["g"], sizes["d"]) != (1, 1, 128) or sizes["s"] != sizes["t"]:
+            return "computes one head (kv = g = 1) of s = t rows at head dim 128"
+        if toy:
+            return None if sizes["s"] == 128 else "needs s = 128 (no tiling)"
+        return None if sizes["s"] >= 512 and sizes["s"] % 512 == 0 else "needs s >= 512 in whole 512-row tiles"
+
+    return AwsKernel("gqa", SAMPLES, TUTORIALS + "attention_fwd_performance/attention_kernels.py", function,
+                     "q, k, v as [d, s] (transposed on the host); one head, no softmax scale", prepare, finish, refuses)
+
+
 # --- NKIBench: shape-specialised float32 kernels with a NumPy module each -------------------------
 def _nkibench(benchmark: str, stem: str, dims: dict[str, str], inputs: tuple[str, ...], note: str) -> AwsKernel:
     """A kernel `NKIBench/kernels/<stem>_0.py:kernel` whose reference module
@@ -225,6 +253,7 @@ _KERNELS = [
     *(AwsKernel(bench, LIBRARY, "src/nkilib_src/nkilib/core/attention/attention_cte.py", "attention_cte",
                 f"{_CTE}; scale = {label}; causal_mask = {causal}", _cte_prepare(scale, causal), _gqa_finish)
       for bench, scale, label, causal in _ATTENTION),
+    *(_attn_tutorial(f) for f in ATTN_TUTORIAL),
     _nkibench("rmsnorm_matmul", "rmsnorm_matmul_M4096_N2048_K1024", {"M": "m", "N": "n", "K": "k"}, ("x", "w"),
               "no eps"),
     _nkibench("silu", "silu_M4096_N7168", {"M": "m", "N": "n"}, ("x",), "x"),

@@ -124,12 +124,26 @@ def transform_to_nki_inputs(inputs):
 '''
 
 
+# one head of attention in the tutorial's layout: q, k, v as [d, s], the output [s, d]
+ATTENTION_ONE_HEAD = HEADER + '''@nki.jit
+def attn_fwd_v1(q, k, v):
+  d, s = q.shape
+  out = nl.ndarray((s, d), dtype=q.dtype, buffer=nl.shared_hbm)
+  scores = nl.matmul(nl.load(q), nl.load(k), transpose_x=True)
+  e = nl.exp(nl.subtract(scores, nl.max(scores, axis=1)))
+  p = nl.divide(e, nl.sum(e, axis=1))
+  nl.store(out, value=nl.matmul(p, nl.transpose(nl.load(v)), transpose_x=False))
+  return out
+'''
+
+
 def _corpus(tmp_path):
     root = tmp_path / "corpus"
     files = {aws.TUTORIALS + "softmax/softmax_nki_kernels.py": SOFTMAX + "\n\n" + SOFTMAX_TWICE,
              aws.TUTORIALS + "rmsnorm/rmsnorm_nki_kernels.py": RMSNORM_WITHOUT_SCALE,
              aws.TUTORIALS + "layernorm/layernorm_nki_kernel.py": LAYERNORM_OUT_OF_BOUNDS,
-             aws.TUTORIALS + "matrix_multiplication/matrix_multiplication_nki_kernels.py": MATMUL}
+             aws.TUTORIALS + "matrix_multiplication/matrix_multiplication_nki_kernels.py": MATMUL,
+             aws.TUTORIALS + "attention_fwd_performance/attention_kernels.py": ATTENTION_ONE_HEAD}
     for path, text in files.items():
         (root / aws.SAMPLES / path).parent.mkdir(parents=True, exist_ok=True)
         (root / aws.SAMPLES / path).write_text(text)
@@ -207,6 +221,21 @@ def test_sizes_the_kernel_does_not_take_and_missing_kernels(tmp_path):
         "kernel": None, "ns": None, "tried": [], "why": "no kernel in the corpus computes this benchmark"}
     e = _measure(corpus, "gqa", suite.get("gqa").sizes("small"))
     assert e["ns"] is None and "not in the corpus" in e["why"]
+
+
+def test_the_attention_tutorial_computes_one_head_of_gqa_in_its_own_layout(tmp_path):
+    """q, k, v of gqa at one head become the tutorial's [d, s] tensors, its [s, d] output gqa's; the
+    toy versions take s = t = 128 only, the later ones whole 512-row tiles; several heads are not
+    its meaning."""
+    corpus = _corpus(tmp_path)
+    one_head = suite.get("gqa").sizes("one_head_s128")
+    v1 = next(k for k in aws.AWS_KERNELS["gqa"] if k.function == "attn_fwd_v1")
+    e = aws.measure_kernel(v1, one_head, "trn2", "bfloat16", corpus, bench.DATA_CHECK_WORK)
+    assert e["ns"] > 0 and e["reference_ok"] and e["checked"] == "case size"
+    v3 = next(k for k in aws.AWS_KERNELS["gqa"] if k.function == "attn_fwd_v3")
+    assert "whole 512-row tiles" in v3.refuses(one_head, "bfloat16")
+    assert v3.refuses(suite.get("gqa").sizes("one_head_s4096"), "bfloat16") is None
+    assert "one head" in v1.refuses(suite.get("gqa").sizes("quick"), "bfloat16")
 
 
 def test_nkibench_kernels_take_their_own_shape_and_dtype_only(tmp_path, monkeypatch):
