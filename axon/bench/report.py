@@ -67,7 +67,10 @@ def _aws_section(cases: list[dict], notes: list[str]) -> list[str]:
         if not best.get("kernel") or c["benchmark"] in seen:
             continue
         seen.add(c["benchmark"])
-        for a in [best] + best.get("others", []):  # the column's kernel first, then the others tried
+        # the column's kernel first, then the others tried, but for those that take other sizes only
+        # (a one-head tutorial beside a many-head case)
+        others = [a for a in best.get("others", []) if a["ns"] is not None or not a["why"].startswith("the kernel ")]
+        for a in [best] + others:
             result = (("in the column" if a is best else f"{_us(a['ns'])} µs, slower") if a["ns"] is not None
                       else "no time (see the notes)")
             lines.append(f"| {c['benchmark']} | `{a['file']}:{a['kernel'].split(':')[-1]}` | {a['source']} | "

@@ -326,3 +326,17 @@ def test_the_looser_rule_for_running_sums_in_the_output_dtype():
     assert aws.check(program, x, [acc], narrow_sums=4).ok
     three_blocks = (a[:, 1024:] @ w[1024:]).astype(ml_dtypes.bfloat16)
     assert not aws.check(program, x, [three_blocks], narrow_sums=4).ok
+
+
+def test_the_kernels_listed_leave_out_those_that_take_other_sizes_only():
+    """The report lists, per benchmark, the column's kernel and the others tried that ran or failed;
+    one that only takes other sizes (a one-head tutorial beside a 32-head case) is left out."""
+    from axon.bench.report import _aws_section
+
+    def entry(kernel, ns, why=None):
+        return {"kernel": f"f.py:{kernel}", "file": "f.py", "source": "AWS", "note": "as is", "ns": ns, "why": why}
+    best = {**entry("fast", 10.0), "others": [entry("slow", 20.0), entry("broken", None, "fails in the simulator: x"),
+                                              entry("one_head", None, "the kernel computes one head (case ...)")]}
+    lines = "\n".join(_aws_section([{"benchmark": "gqa", "case": "quick", bench.AWS: best}], []))
+    assert "`f.py:fast`" in lines and "`f.py:slow`" in lines and "`f.py:broken`" in lines
+    assert "one_head" not in lines
