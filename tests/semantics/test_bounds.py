@@ -289,35 +289,47 @@ def test_independent_error_parts_add_in_l2_as_hypot_does_and_past_the_squares_ra
     assert np.isinf(_l2(np.array([np.inf]), np.array([1.0]))).all()
 
 
+_HEAP_PROBE = """
+import ctypes, json
+import numpy as np
+from axon.heap import _libc, reusing_freed_memory
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                 "uordblks", "fordblks", "keepcost")]
+
+_libc.mallinfo2.restype = MallInfo2
+
+def mapped_and_kept():
+    before = _libc.mallinfo2()
+    a = np.ones(SIZE // 8)
+    mapped = _libc.mallinfo2().hblkhd - before.hblkhd
+    del a
+    return mapped, _libc.mallinfo2().fordblks
+
+outside = mapped_and_kept()
+with reusing_freed_memory():
+    inside = mapped_and_kept()
+print(json.dumps([outside, inside, mapped_and_kept()]))
+"""
+
+
 @pytest.mark.skipif(not hasattr(__import__("axon.heap").heap._libc, "mallinfo2"), reason="glibc >= 2.33")
 def test_a_reference_reuses_freed_memory_instead_of_mapping_fresh_pages():
     """Inside reusing_freed_memory a 256 MB array comes from the heap and stays there when freed
     (for the next one to reuse), where glibc maps it afresh and unmaps it; outside, the defaults
-    are back. Read from glibc's own accounting (mallinfo2): page-fault counts are not reported
-    under every kernel (a sandboxed one reports none)."""
-    import ctypes
+    are back. Read from glibc's own accounting (mallinfo2: page-fault counts are not reported
+    under every kernel), in a fresh interpreter: a heap that earlier work left with a large free
+    block serves the array from it whatever the settings."""
+    import json
+    import subprocess
+    import sys
 
-    from axon.heap import _libc, reusing_freed_memory
-
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in
-                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                     "uordblks", "fordblks", "keepcost")]
-
-    _libc.mallinfo2.restype = MallInfo2
     size = 256 << 20
-
-    def mapped_and_kept() -> tuple[int, int]:
-        """Bytes mapped for the live array, and heap bytes left free once it is freed."""
-        before = _libc.mallinfo2()
-        a = np.ones(size // 8)
-        mapped = _libc.mallinfo2().hblkhd - before.hblkhd
-        del a
-        return mapped, _libc.mallinfo2().fordblks
-
-    assert mapped_and_kept()[0] >= size
-    with reusing_freed_memory():
-        mapped, kept = mapped_and_kept()
-        assert mapped == 0 and kept >= size
-    mapped, kept = mapped_and_kept()
-    assert mapped >= size and kept < size  # mapped afresh again, the heap trimmed
+    out = subprocess.run([sys.executable, "-c", f"SIZE = {size}" + _HEAP_PROBE], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    (mapped0, _), (mapped, kept), (mapped2, kept2) = json.loads(out)
+    assert mapped0 >= size
+    assert mapped == 0 and kept >= size
+    assert mapped2 >= size and kept2 < size  # mapped afresh again, the heap trimmed
