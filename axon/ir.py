@@ -62,6 +62,10 @@ def input_node(name: str, shape: Shape) -> Node:
     return Node(Op.INPUT, (), InputParams(name), shape)
 
 
+def const_node(value) -> Node:
+    return Node(Op.CONST, (), ConstParams(value), ())
+
+
 def rename_size(size: Size, dims: Mapping[str, str]) -> Size:
     return Size({tuple(sorted(dims.get(s, s) for s in monomial)): coeff for monomial, coeff in size.terms})
 

@@ -19,8 +19,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from axon.ir import Node, make_node
-from axon.semantics.ops import ELEMENTWISE_OF_SCALAR, OP_SPECS, AxisParams, ConstParams, Op, OpKind, TransposeParams
+from axon.ir import Node, const_node, make_node
+from axon.semantics.ops import ELEMENTWISE_OF_SCALAR, OP_SPECS, AxisParams, Op, OpKind, TransposeParams
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
 from axon.semantics.sizes import Size
 
@@ -202,7 +202,3 @@ def basic_ops(nodes) -> tuple[frozenset, frozenset]:
             ops |= o
             consts |= c
     return frozenset(ops), frozenset(consts)
-
-
-def const_node(value) -> Node:
-    return Node(Op.CONST, (), ConstParams(value), ())

@@ -263,7 +263,9 @@ class _Search:
         from axon.synthesis.spec import basic_ops
 
         ops, consts = basic_ops(nodes)
-        allowed = set(self.required)
+        # the pattern's own operations, also those its exact identities drop (x * 1 may be done
+        # by a multiply that a max rides on)
+        allowed = set(self.required) | set(ops)
         for op in list(ops):
             extra_ops, extra_consts, _ = DECOMPOSITIONS.get(op, ((), (), ()))
             allowed |= set(extra_ops)

@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 from axon.errors import UnsupportedError
 from axon.fusion.nodes import (ONE, Group, RowWorld, chunk_plan, combine_identity, combine_op, is_wide, phases,
                                view_source)
-from axon.ir import Graph, Node, input_node, make_node
+from axon.ir import Graph, Node, const_node, input_node, make_node
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import AxisParams, Op
 from axon.semantics.sizes import Size
@@ -319,8 +319,8 @@ class KernelBuilder:
             if not t.n_block and shared_from == len(w.batch):
                 self._load_shared_weights(matmul_phases, t, dma)  # whole, once per row block
             # the chunks are independent (an affine loop the compiler pipelines: one chunk's
-            # matmuls beside another's exp); each leaves its state in a slot, and a sequential
-            # loop of small merges carries the running state over them in order
+            # matmuls beside another's exp); each leaves its state in a slot, and a tree of small
+            # merges gathers them into slot 0
             NCH, D = T // CH, self.cols(form.o)
             slots = {"n": em.alloc("n_chunks", P, NCH, em.wide_dtype), "l": em.alloc("l_chunks", P, NCH, "state"),
                      "o": em.alloc("o_chunks", P, NCH * D, "state")}
@@ -330,16 +330,13 @@ class KernelBuilder:
                     self._online_chunk(form, t, T, qT, tcol, rows0, slots, members)
             finally:
                 self.sizes[form.dim] = T
-            # the running state starts as chunk 0's: m = -n_0, and l, o in chunk 0's slots (the
-            # merges write over them)
+            self._online_merges(form, P, D, NCH, slots)
+            # the row's state is then slot 0's: m = -n_0, l_0, o_0
             state = {"m": em.view(em.alloc("m_run", P, 1, "state"), P, "0", 1),
                      "l": em.view(slots["l"], P, "0", 1), "o": em.view(slots["o"], P, "0", D)}
-            n0 = merge_nodes(form.m, form.o)[0]["n_c"]
+            n0 = merge_nodes(form.m, form.o)[0]["n"]
             neg = make_node(Op.NEG, (n0,))
             self.run_program([neg], [neg], lambda y: em.view(slots["n"], P, "0", 1), lambda n: state["m"], P)
-            if NCH > 1:
-                with em.loop("i_ch", NCH, sequential=True, only=range(1, NCH), runs=NCH - 1):
-                    self._online_merge(form, P, D, state, slots)
             self._online_tail(form, t, rows0, state, members, consumers, owner, pi)
         for c in reversed(ctx):
             c.__exit__(None, None, None)
@@ -364,32 +361,17 @@ class KernelBuilder:
             w2 = self._weight_piece(v_mm, CH, VT, D, None, P, at=((("i_ch", CH),), ()), dma=dma)
             c1, c2 = _ex(("i_kt", CH), ("i_nt", NT)), _ex(("i_kt", D))
         xs = em.alloc(f"{self._nm(x)}_chunk", P, CH, "f32")
-        # each piece's max taken on its way out of PSUM, by the scores' element-wise tail (a
-        # scale: one instruction does both), where the max of maxes is proved
+        # each piece's max taken on its way out of PSUM by the instruction that takes it out
+        # (the scores' element-wise tail, a scale, or a copy as x * 1), where the max of maxes is proved
         from axon.verification import Status
 
-        by_parts = bool(form.scores.epilogue) and partial_max_lemma().status is Status.PROVED
-        if by_parts:
-            parts = em.alloc("max_parts", P, CH // NT, em.wide_dtype)
+        by_parts = partial_max_lemma().status is Status.PROVED
+        parts = em.alloc("max_parts", P, CH // NT, em.wide_dtype) if by_parts else None
         with em.loop("i_nt", CH // NT):
             acc = em.alloc("acc", P, NT, "accum")
             em.matmul(acc, qT, w1, P, KT, NT, K1 // KT, tcol("i_kt"), c1, step=self.lowerer.matmul(s_mm).steps[0])
-            here = {s_mm: em.view(acc, P, "0", NT)}
-            dst = em.view(xs, P, _ex(("i_nt", NT)), NT)
-            nodes, out = list(form.scores.epilogue), {}
-            if by_parts:
-                mx = make_node(Op.REDUCE_MAX, (x,), AxisParams(x.rank - 1, True))
-                nodes.append(mx)
-                out = {x: dst, mx: em.view(parts, P, "i_nt", 1)}
-            if nodes:
-                col0 = _ex(("i_ch", CH), ("i_nt", NT))
-                self.run_program(nodes, list(out) or [x],
-                                 lambda y: self.operand(y, here, {}, members, "i_r", P, rows, chunk=(col0, NT)),
-                                 lambda n: out.get(n) or (dst if n == x else
-                                                          em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)),
-                                 P, chunk=(CH, NT), memories={s_mm: "psum"})
-            else:
-                em.copy(dst, here[s_mm])
+            self._scores_out(form, x, em.view(acc, P, "0", NT), em.view(xs, P, _ex(("i_nt", NT)), NT),
+                             parts, P, CH, NT, rows, members)
         # the chunk's own state: its negated max, exp(x - max) (only read transposed), the exp's sum
         # (a max of bf16 scores is one of them: the slots keep it in the scores' dtype)
         if by_parts:
@@ -411,24 +393,63 @@ class KernelBuilder:
         em.matmul(acc_o, eT, w2, P, VT, D, CH // VT, _ex(("i_kt", P)), c2, step=self.lowerer.matmul(v_mm).steps[0])
         em.copy(em.view(slots["o"], P, _ex(("i_ch", D)), D), em.view(acc_o, P, "0", D))
 
-    def _online_merge(self, form, P: int, D: int, state: dict, slots: dict):
-        """Chunk i_ch's state (from its slots) merged into the running state. m' goes to a fresh
-        column (the old m is read after it), l' and o' over l and o (each old value feeds only
-        its own new one, so the instruction writing it comes last)."""
+    def _scores_out(self, form, x, acc: str, dst: str, parts, P: int, CH: int, NT: int, rows, members):
+        """One accumulator tile of a chunk's scores, out of PSUM into `dst`: through the scores'
+        element-wise tail, or copied, and with `parts` its max too (one instruction does both)."""
+        em, s_mm = self.em, form.scores.matmuls[0]
+        here = {s_mm: acc}
+        nodes, out = list(form.scores.epilogue), {}
+        if parts is not None and not nodes:
+            # a copy the max rides on: x * 1, which the synthesizer lowers as one multiply-and-reduce
+            one = const_node(1.0)
+            here[one] = 1.0
+            x = make_node(Op.MUL, (s_mm, one))
+            nodes = [x]
+        elif not nodes:
+            em.copy(dst, acc)
+            return
+        if parts is not None:
+            mx = make_node(Op.REDUCE_MAX, (x,), AxisParams(x.rank - 1, True))
+            nodes.append(mx)
+            out = {x: dst, mx: em.view(parts, P, "i_nt", 1)}
+        col0 = _ex(("i_ch", CH), ("i_nt", NT))
+        self.run_program(nodes, list(out) or [x],
+                         lambda y: self.operand(y, here, {}, members, "i_r", P, rows, chunk=(col0, NT)),
+                         lambda n: out.get(n) or (dst if n == x else
+                                                  em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)),
+                         P, chunk=(CH, NT), memories={s_mm: "psum"})
+
+    def _online_merges(self, form, P: int, D: int, NCH: int, slots: dict):
+        """The chunks' states gathered into slot 0 by a tree of the proved merge (merge_lemma: the
+        merged states of two adjacent runs of chunks are the state of the run they make up): at
+        each level slot i + s goes into slot i for every pair left, the pairs independent (an
+        affine loop), so the row's state waits for ceil(log2 NCH) merges, not NCH - 1."""
+        step, count = 1, NCH
+        while count > 1:
+            with self.em.loop("i_m", count // 2):
+                self._merge_slots(form, P, D, slots, 2 * step, step)
+            step, count = 2 * step, -(-count // 2)
+
+    def _merge_slots(self, form, P: int, D: int, slots: dict, stride: int, gap: int):
+        """Slot i_m * stride + gap merged into slot i_m * stride. n' goes to a fresh column, then
+        over n (the old n is read after it); l' and o' over l and o (each old value feeds only its
+        own new one, so the instruction writing it comes last)."""
         em = self.em
         ins, merged = merge_nodes(form.m, form.o)
-        given = {ins["m"]: state["m"], ins["l"]: state["l"], ins["o"]: state["o"],
-                 ins["n_c"]: em.view(slots["n"], P, "i_ch", 1),
-                 ins["l_c"]: em.view(slots["l"], P, "i_ch", 1), ins["o_c"]: em.view(slots["o"], P, _ex(("i_ch", D)), D)}
-        m_new = em.view(em.alloc("m_new", P, 1, "state"), P, "0", 1)
-        out = {merged["m"]: m_new, merged["l"]: given[ins["l"]], merged["o"]: given[ins["o"]]}
+        at = lambda off, width: _ex(("i_m", stride * width), off * width)
+        given = {ins["n"]: em.view(slots["n"], P, at(0, 1), 1), ins["l"]: em.view(slots["l"], P, at(0, 1), 1),
+                 ins["o"]: em.view(slots["o"], P, at(0, D), D),
+                 ins["n_c"]: em.view(slots["n"], P, at(gap, 1), 1), ins["l_c"]: em.view(slots["l"], P, at(gap, 1), 1),
+                 ins["o_c"]: em.view(slots["o"], P, at(gap, D), D)}
+        n_new = em.view(em.alloc("n_new", P, 1, "state"), P, "0", 1)
+        out = {merged["n"]: n_new, merged["l"]: given[ins["l"]], merged["o"]: given[ins["o"]]}
         nodes = [n for n in Graph((), tuple(merged.values())).nodes() if n.op is not Op.INPUT]
         wide, em.wide_dtype = em.wide_dtype, "f32"  # the merge's temporaries carry the state: f32
         try:
             self.run_program(nodes, list(out), lambda y: given[y], lambda n: out[n], P)
         finally:
             em.wide_dtype = wide
-        em.copy(given[ins["m"]], m_new)
+        em.copy(given[ins["n"]], n_new)
 
     def _online_tail(self, form, t: Tiling, rows0, state: dict, members, consumers, owner, pi):
         """The second matmul's element-wise tail on the walk's last state, and the stores."""

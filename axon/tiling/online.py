@@ -8,20 +8,21 @@ A pass of the form
     o = e @ W2  (then element-wise ops of o, l, m and row inputs: o / l)
 
 can walk t in chunks: each chunk runs the pass's own phases at t = chunk, which gives the chunk's
-state (m_c, l_c, o_c), its max taken negated (n_c = -m_c: the Scalar Engine adds it as exp's
-bias, so the fused max-and-exp lowering makes it anyway), and a running state takes it in:
+state in its slot (n_c = -m_c, l_c, o_c), its max kept negated (the Scalar Engine adds it as
+exp's bias, so the fused max-and-exp lowering makes it anyway). Two slots merge as
 
-    m' = max(m, -n_c);  a = exp(m - m'),  b = exp(-n_c - m');  l' = l a + l_c b;  o' = o a + o_c b
+    n' = min(n, n_c);  a = exp(n' - n),  b = exp(n' - n_c);  l' = l a + l_c b;  o' = o a + o_c b
 
-The state of two chunks of any lengths, so merged, is the state of the row they make up
-(`merge_lemma`, proved by Axon's verifier with lemma fold_cases); by induction over the chunks the
-last running state is the whole row's, and the second matmul's element-wise tail runs once on it.
-The chunks do not depend on each other: each writes its state to a slot, and the merges run
-over the slots afterwards, in order. Within a chunk, the scores leave PSUM one bank-wide piece at
-a time through their element-wise tail (a scale), and each piece's max is taken on the way out
+The states of two adjacent runs of chunks of any lengths, so merged, are the state of the run
+they make up (`merge_lemma`, proved by Axon's verifier with lemmas fold_cases and
+extremum_negate). The chunks do not depend on each other: each writes its state to a slot, and a
+tree of merges gathers the slots into slot 0 (by induction over the tree it holds the whole
+row's state: m = -n_0, l_0, o_0), where the second matmul's element-wise tail runs once; a level
+of the tree merges its pairs independently, so the row waits for ceil(log2 chunks) merges.
+Within a chunk, the scores leave PSUM one bank-wide piece at a time through their element-wise
+tail (a scale; with none, a copy written x * 1), and each piece's max is taken on the way out
 (one Vector Engine instruction does both); the chunk's max is the max of those
-(`partial_max_lemma`, proved; by induction over the pieces). The running state starts as the
-first chunk's own (m = -n_0, l_0, o_0): chunk_state is the pass's state of that chunk.
+(`partial_max_lemma`, proved; by induction over the pieces).
 """
 from __future__ import annotations
 
@@ -106,20 +107,22 @@ def _state_parts(nodes) -> tuple | None:
 
 
 def merge_nodes(m: Node, o: Node) -> tuple[dict, dict]:
-    """The merge of a running state with a chunk's, as operators: ({role: placeholder input},
-    {role: merged node}) with roles m, l, o (running) and n_c (the chunk's negated max), l_c, o_c."""
+    """The merge of two chunk states as the walk's slots hold them (each max negated: n = -m), as
+    operators: ({role: placeholder input}, {role: merged node}) with roles n, l, o (the first
+    chunk's) and n_c, l_c, o_c (the second's); the merged state is in slot form too."""
     col, row = m.shape, o.shape
-    ins = {"m": input_node("m_run", col), "l": input_node("l_run", col), "o": input_node("o_run", row),
+    ins = {"n": input_node("n_first", col), "l": input_node("l_first", col), "o": input_node("o_first", row),
            "n_c": input_node("n_chunk", col), "l_c": input_node("l_chunk", col), "o_c": input_node("o_chunk", row)}
     return ins, _merged(ins)
 
 
 def _merged(s: dict) -> dict:
+    """n' = min(n, n_c) (the negated max of the maxes); a = exp(n' - n), b = exp(n' - n_c) (each
+    side's rescaling to the joint max); l' = l a + l_c b, o' = o a + o_c b."""
     ap = lambda op, *xs: make_node(op, xs)
-    m_c = ap(Op.NEG, s["n_c"])
-    m = ap(Op.MAXIMUM, s["m"], m_c)
-    a, b = ap(Op.EXP, ap(Op.SUB, s["m"], m)), ap(Op.EXP, ap(Op.SUB, m_c, m))
-    return {"m": m, "l": ap(Op.ADD, ap(Op.MUL, s["l"], a), ap(Op.MUL, s["l_c"], b)),
+    n = ap(Op.MINIMUM, s["n"], s["n_c"])
+    a, b = ap(Op.EXP, ap(Op.SUB, n, s["n"])), ap(Op.EXP, ap(Op.SUB, n, s["n_c"]))
+    return {"n": n, "l": ap(Op.ADD, ap(Op.MUL, s["l"], a), ap(Op.MUL, s["l_c"], b)),
             "o": ap(Op.ADD, ap(Op.MUL, s["o"], a), ap(Op.MUL, s["o_c"], b))}
 
 
@@ -167,9 +170,9 @@ def _state(x: Node, v: Node) -> dict:
 
 @functools.cache
 def merge_lemma():
-    """The verifier's verdict on: the state of a row made of two chunks of any lengths t1, t2, as
-    the pass writes it, is the merge of the first chunk's state with the second's as the walk
-    computes it (`chunk_state`). Proved once per process (a second or so)."""
+    """The verifier's verdict on: the states of two chunks of any lengths t1, t2, as the walk
+    computes them (`slot_state`), merged, are the state of the row they make up as the pass
+    writes it (its max, the negated merged n). Proved once per process (a second or so)."""
     from axon.semantics.sizes import Size
     from axon.verification import Verifier
 
@@ -177,10 +180,17 @@ def merge_lemma():
     a, b = input_node("a", (s, t1)), input_node("b", (s, t2))
     va, vb = input_node("va", (t1, d)), input_node("vb", (t2, d))
     whole = _state(make_node(Op.CONCAT, (a, b), ConcatParams(1)), make_node(Op.CONCAT, (va, vb), ConcatParams(0)))
-    first, second = _state(a, va), chunk_state(b)
-    merged = _merged({"m": first["m"], "l": first["l"], "o": first["o"], "n_c": second["n"], "l_c": second["l"],
-                      "o_c": make_node(Op.MATMUL, (second["e"], vb))})
+    first, second = slot_state(a, va), slot_state(b, vb)
+    merged = _merged({"n": first["n"], "l": first["l"], "o": first["o"],
+                      "n_c": second["n"], "l_c": second["l"], "o_c": second["o"]})
+    merged["m"] = make_node(Op.NEG, (merged["n"],))  # the pass's max, as the walk's tail reads it
     ins = (a, b, va, vb)
     order = ("o", "l", "m")
     return Verifier().check_programs(Graph(ins, tuple(whole[k] for k in order)),
                                      Graph(ins, tuple(merged[k] for k in order)))
+
+
+def slot_state(x: Node, v: Node) -> dict:
+    """A chunk's state as its slot holds it: chunk_state's n and l, and o = e @ v."""
+    cs = chunk_state(x)
+    return {"n": cs["n"], "l": cs["l"], "o": make_node(Op.MATMUL, (cs["e"], v))}

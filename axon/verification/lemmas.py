@@ -80,6 +80,9 @@ LEMMAS: dict[str, Lemma] = {lemma.name: lemma for lemma in [
     # -- interpreted max/min --------------------------------------------------------------
     Lemma("extremum_trivial", "max(a, a) = a; max(a, b) = a if a - b is a positive constant", "definition of max",
           lambda rng, n: (lambda a: (np.maximum(a, a) + np.maximum(a + 0.5, a), a + a + 0.5))(_v(rng, n))),
+    Lemma("extremum_negate", "max(-a, -b) = -min(a, b); min(-a, -b) = -max(a, b)", "x -> -x is antitone",
+          lambda rng, n: (lambda a, b: (np.array([np.maximum(-a, -b), np.minimum(-a, -b)]),
+                                        np.array([-np.minimum(a, b), -np.maximum(a, b)])))(_v(rng, n), _v(rng, n))),
     # -- exp / log / sqrt -----------------------------------------------------------------
     Lemma("exp_add", "exp(a + b) = exp(a) * exp(b)", "the exponential is a homomorphism from + to *",
           lambda rng, n: (lambda a, b: (np.exp(a + b), np.exp(a) * np.exp(b)))(_v(rng, n), _v(rng, n))),

@@ -301,14 +301,25 @@ def unary(op: str, p: Poly) -> Poly:
 
 def extremum(op: str, p: Poly, q: Poly) -> Poly:
     """max/min of two terms (interpreted by the solver). Lemma `extremum_trivial`: max(a, a) = a, and
-    max(a, b) = a when a - b is a positive constant."""
+    max(a, b) = a when a - b is a positive constant. Lemma `extremum_negate`: max(-a, -b) =
+    -min(a, b) and min(-a, -b) = -max(a, b): of two terms that both lead with a negative
+    coefficient the other extremum of their negations is kept, negated, so that the two forms are
+    one term (an exp of either then has one atom)."""
     if p == q:
         return p
     d = p - q
     if d.is_const:
         return p if (d.value > 0) == (op == "max") else q
+    if _leads_negative(p) and _leads_negative(q):
+        return -extremum("min" if op == "max" else "max", -p, -q)
     args = tuple(sorted((p, q), key=lambda t: t.key))
     return Poly.atom(Fn(op, args))
+
+
+def _leads_negative(p: Poly) -> bool:
+    """The coefficient of p's first non-constant term (its constant, if it has no other) is < 0."""
+    coeffs = [c for m, c in p.terms if m] or [c for _, c in p.terms]
+    return bool(coeffs) and coeffs[0] < 0
 
 
 COMPARISONS = ("ge", "gt", "eq")  # of a - b against 0 (le and lt are ge and gt with operands swapped)

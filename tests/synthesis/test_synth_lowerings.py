@@ -122,6 +122,17 @@ def test_softmax_pieces(synth):
         _check_meaning(synth, lw)
 
 
+def test_copy_out_of_psum_with_its_max_is_one_instruction(synth):
+    """x * 1 and its row max (a score tile leaving PSUM with its max taken on the way): the
+    multiply the exact identity drops is still an operation a step may do, so the max rides on it."""
+    x = _inp("x", "m", "n")
+    y = make_node(Op.MUL, [x, const_node(1.0)])
+    mx = make_node(Op.REDUCE_MAX, [y], AxisParams(1, True))
+    (lw, *_) = synth.lower(abstract([y, mx], [y, mx]).pattern, operand_memories={"a0": "psum"})
+    assert lw.instructions == ("tensor_scalar_reduce",) and lw.steps[0].hole("reduce_op") is S.MAXIMUM
+    _check_meaning(synth, lw)
+
+
 def _reciprocal_then_multiply(lw):
     first, second = lw.steps
     recip = first.instruction == "reciprocal" or first.hole("func") is S.RECIPROCAL or \
