@@ -422,11 +422,15 @@ class KernelBuilder:
     def _online_merges(self, form, P: int, D: int, NCH: int, slots: dict):
         """The chunks' states gathered into slot 0 by a tree of the proved merge (merge_lemma: the
         merged states of two adjacent runs of chunks are the state of the run they make up): at
-        each level slot i + s goes into slot i for every pair left, the pairs independent (an
-        affine loop), so the row's state waits for ceil(log2 NCH) merges, not NCH - 1."""
+        each level slot i + s goes into slot i for every pair left, so the row's state waits for
+        ceil(log2 NCH) merges, not NCH - 1. The pairs of a level are independent, but each is a
+        short dependent chain over three engines: kept in order (sequential_range), one pair's
+        chain does not wait behind the others' interleaved instructions (the performance model:
+        decode with 16 rows against 32768 keys 470.4 us with the pairs in an affine loop, 439.1
+        in order; head dim 64, 115.8 and 114.3)."""
         step, count = 1, NCH
         while count > 1:
-            with self.em.loop("i_m", count // 2):
+            with self.em.loop("i_m", count // 2, sequential=True):
                 self._merge_slots(form, P, D, slots, 2 * step, step)
             step, count = 2 * step, -(-count // 2)
 

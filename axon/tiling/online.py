@@ -17,8 +17,8 @@ The states of two adjacent runs of chunks of any lengths, so merged, are the sta
 they make up (`merge_lemma`, proved by Axon's verifier with lemmas fold_cases and
 extremum_negate). The chunks do not depend on each other: each writes its state to a slot, and a
 tree of merges gathers the slots into slot 0 (by induction over the tree it holds the whole
-row's state: m = -n_0, l_0, o_0), where the second matmul's element-wise tail runs once; a level
-of the tree merges its pairs independently, so the row waits for ceil(log2 chunks) merges.
+row's state: m = -n_0, l_0, o_0), where the second matmul's element-wise tail runs once; the
+pairs of a level are independent, so the row waits for ceil(log2 chunks) merges.
 Within a chunk, the scores leave PSUM one bank-wide piece at a time through their element-wise
 tail (a scale; with none, a copy written x * 1), and each piece's max is taken on the way out
 (one Vector Engine instruction does both); the chunk's max is the max of those
