@@ -65,6 +65,7 @@ class Candidate:
         packed += f", {self.options.fold} heads folded into the rows" if self.options.fold else ""
         has_matmul = any(n.op.value == "matmul" for p in self.passes for n in p.group.nodes)
         stationary = f", stationary via {self.options.stationary}" if has_matmul else ""  # only a matmul has one
+        stationary += ", transposed weights via dma" if self.options.weights == "dma" else ""
         return f"variant {self.variant}, {self.fusion}{stationary}{packed}, {tiles}"
 
 
@@ -103,7 +104,7 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
              f"fusion:   {cand.fusion} ({len(cand.passes)} pass{'es' if len(cand.passes) > 1 else ''}; "
              f"values crossing passes go through HBM)"]
     layout = ([f"stationary operands transposed by {cand.options.stationary}"] if any(_has_matmul(p) for p in cand.passes)
-              else []) + ([f"rows packed {cand.options.packed} per partition ([m/{cand.options.packed}, "
+              else []) + (["transposed weights by dma"] if cand.options.weights == "dma" else []) + ([f"rows packed {cand.options.packed} per partition ([m/{cand.options.packed}, "
                            f"{cand.options.packed}*c] views of the HBM tensors)"] if cand.options.packed > 1 else [])
     if cand.options.fold:
         layout.append(f"{cand.options.fold} heads folded into the rows ([.., 1, h*s, c] views of the row tensors)")
@@ -147,25 +148,35 @@ def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype
     return builder.build(graph_name, header_lines(graph_name, target.name, sizes, dtype, cand, used))
 
 
-def _stationary_options(world: RowWorld, target) -> list[str]:
-    """How an input a matmul reads as its stationary operand reaches the contraction layout:
-    transposed by the Tensor Engine ("pe"), or on its way in by the DMA engine ("dma", where the
-    target has DMA transposes)."""
-    opts = ["pe"]
+def _layouts(world: RowWorld, target) -> list[tuple[str, str]]:
+    """(Options.stationary, Options.weights) pairs: how inputs that a matmul reads transposed reach
+    the contraction layout. An input read as the stationary operand, and one read transposed as
+    the moving operand (attention's keys), each by Tensor Engine transposes ("pe") or by the DMA
+    engine on the way in ("dma", where the target has DMA transposes). Offered: all "pe", each
+    stationary way with the weights by "pe", and the last with the weights by "dma" too (a kernel
+    whose loads all transpose on the way in keeps the Tensor Engine for its matmuls)."""
+    layouts = [("pe", "pe")]
     if not getattr(target, "dma_transpose", False):
-        return opts
-    for n in world.compute_nodes():
-        if n.op is Op.MATMUL and n.inputs[0].op is Op.INPUT:
-            opts.append("dma")
-            break
-    return opts
+        return layouts
+    matmuls = [n for n in world.compute_nodes() if n.op is Op.MATMUL]
+    if any(n.inputs[0].op is Op.INPUT for n in matmuls):
+        layouts.append(("dma", "pe"))
+    if any(_transposed_input(world, n.inputs[1]) for n in matmuls):
+        layouts.append((layouts[-1][0], "dma"))
+    return layouts[::-1]
 
 
-def _walk_stationary(target) -> str:
+def _transposed_input(world: RowWorld, x) -> bool:
+    """Whether moving operand `x` is a view that transposes an input (what _weight_piece may load
+    through DMA transposes)."""
+    return world.roles.get(x) == "view" and x.op is Op.TRANSPOSE
+
+
+def _walk_layout(target) -> tuple[str, str]:
     """An online-softmax walk loads its keys again per chunk or per kv head, and a causal pass
     per run of row blocks: transposed by the DMA engine where the target can, so the Tensor
     Engine keeps to the two matmuls and the Vector and Scalar Engines to the softmax."""
-    return "dma" if getattr(target, "dma_transpose", False) else "pe"
+    return ("dma", "dma") if getattr(target, "dma_transpose", False) else ("pe", "pe")
 
 
 def _rereads_keys(world: RowWorld, gs, combo, sizes) -> bool:
@@ -248,17 +259,17 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                 # ties them (a DMA transpose moves what a load the Tensor Engine then transposes
                 # moves), and ranking keeps this order among ties, so a tie of many combos (a
                 # causal pass's row blocks) must not put every "pe" kernel before the first "dma"
-                plain, walk_way = _stationary_options(world, target), _walk_stationary(target)
+                plain, walk_way = _layouts(world, target), _walk_layout(target)
                 for combo in combos:
                     layouts = [walk_way] if _rereads_keys(world, gs, combo, wsizes) else plain
                     for alt in range(1 + _max_alternatives(lowerer)):
-                        fresh = {(stationary, precision): _candidate(
+                        fresh = {(layout, precision): _candidate(
                                      name, target, world, wsizes, dtype, lowerer, counts, seen,
                                      Candidate(vi, rewrites, mode,
-                                               Options(stationary=stationary, engines=engines, lowering=alt,
-                                                       precision=precision, packed=packed, fold=fold),
+                                               Options(stationary=layout[0], weights=layout[1], engines=engines,
+                                                       lowering=alt, precision=precision, packed=packed, fold=fold),
                                                tuple(Pass(g, t) for g, t in zip(gs, combo))))
-                                 for stationary in layouts for precision in precisions}
+                                 for layout in layouts for precision in precisions}
                         out.extend(c for c in fresh.values() if c is not None)
                         if alt and all(fresh[(s, precisions[0])] is None for s in layouts):
                             break

@@ -52,6 +52,10 @@ class Pass:
 @dataclass(frozen=True)
 class Options:
     stationary: str = "pe"  # how an input's rows reach the contraction layout: "pe" | "dma"
+    # how an input a matmul reads transposed as its moving operand (attention's keys: k^T) reaches
+    # the contraction layout: Tensor Engine transposes of the rows loaded ("pe") or DMA transposes
+    # on the way in ("dma", where the target has them)
+    weights: str = "pe"
     engines: str = "default"  # "default": each instruction on its usual engine; "balanced": the emitter
     # spreads element-wise instructions over the engines that can run them (where the target can)
     lowering: int = 0  # which lowering alternative of each phase's program (Lowerer.program `alt`)
@@ -299,7 +303,7 @@ class KernelBuilder:
         shared_from = self._weights_shared_from(matmul_phases, t, members) if not t.n_block else len(w.batch)
         self.shared_weights = {}
         ctx = []
-        dma = self.opt.stationary == "dma"  # the keys transposed on their way in (where the target can)
+        dma = self._dma_weights()
         for j, size in enumerate(w.batch):
             if j == shared_from:
                 self._load_shared_weights(matmul_phases, t, dma)
@@ -356,7 +360,7 @@ class KernelBuilder:
             w1, c1 = self.shared_weights[s_mm], _ex(("i_kt", T), ("i_ch", CH), ("i_nt", NT))
             w2, c2 = self.shared_weights[v_mm], _ex(("i_ch", CH // VT * D), ("i_kt", D))
         else:
-            dma = self.opt.stationary == "dma"
+            dma = self._dma_weights()
             w1 = self._weight_piece(s_mm, K1, KT, CH, None, P, at=((), (("i_ch", CH),)), dma=dma)
             w2 = self._weight_piece(v_mm, CH, VT, D, None, P, at=((("i_ch", CH),), ()), dma=dma)
             c1, c2 = _ex(("i_kt", CH), ("i_nt", NT)), _ex(("i_kt", D))
@@ -532,10 +536,8 @@ class KernelBuilder:
         return w if ok else None
 
     def _dma_weights(self) -> bool:
-        """Whether a transposed input weight comes through DMA transposes: in a causal pass's runs
-        of row blocks (each loads the keys it sees, again) of a candidate whose stationary operands
-        do, as in an online walk; elsewhere the Tensor Engine transposes them."""
-        return self.seen is not None and self.opt.stationary == "dma"
+        """Whether a transposed input weight comes through DMA transposes (Options.weights)."""
+        return self.opt.weights == "dma"
 
     def _weights_shared_from(self, phs, t: Tiling, members) -> int:
         return weights_shared_from(self.w, phs, t, members, self.sizes, lambda n: n in self.hbm)

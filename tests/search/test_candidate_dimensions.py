@@ -116,6 +116,25 @@ def test_a_combos_stationary_layouts_come_together():
     assert all({c.options.stationary for c in run} == {"pe", "dma"} for run in plain)
 
 
+def test_transposed_weights_through_dma_are_a_choice_and_stay_correct():
+    """Keys read transposed (q @ k^T) reach the contraction layout through Tensor Engine
+    transposes of the rows loaded, or through DMA transposes on the way in: beside the all-"pe"
+    layout and the DMA-transposed stationary one, each whole-row attention tiling is also offered
+    with both by DMA, whose kernel has no Tensor Engine transpose of the keys and matches."""
+    sizes = {"kv": 1, "g": 2, "s": 128, "t": 256, "d": 64}
+    cands, _ = _candidates("gqa", sizes)
+    plain = [c for c in cands if not any(p.tiling.kv_chunk for p in c.passes)]
+    layouts = {(c.options.stationary, c.options.weights) for c in plain}
+    assert layouts == {("pe", "pe"), ("dma", "pe"), ("dma", "dma")}
+    both = [c for c in plain if c.options.weights == "dma" and c.options.precision == "kernel"]
+    keys_by_pe = [c for c in plain if c.options.weights == "pe" and c.options.stationary == "dma"]
+    assert both and keys_by_pe
+    assert all("wrows" not in c.source and c.source.count("nisa.dma_transpose(") >= 2 for c in both)
+    assert all("wrows" in c.source for c in keys_by_pe)
+    assert "transposed weights by dma" in both[0].source
+    assert _check("gqa", sizes, both[0]).ok, both[0].describe()
+
+
 def test_a_causal_pass_takes_its_keys_through_dma_where_the_target_can():
     """Each run of a causal pass's row blocks loads the keys it sees again: on trn2 they come
     through DMA transposes (no Tensor Engine transposes of them, no PSUM copies), as an online
@@ -124,5 +143,5 @@ def test_a_causal_pass_takes_its_keys_through_dma_where_the_target_can():
     for target, layout in ((TRN2, "dma"), (TrainiumTarget("trn1"), "pe")):
         cands, _ = _candidates("causal_gqa", sizes, target)
         causal = [c for c in cands if "the masked tiles beyond are skipped" in c.source]
-        assert causal and {c.options.stationary for c in causal} == {layout}
+        assert causal and {(c.options.stationary, c.options.weights) for c in causal} == {(layout, layout)}
         assert all(("nisa.dma_transpose(" in c.source) == (layout == "dma") for c in causal)
