@@ -25,7 +25,7 @@ from axon.semantics.ops import Op
 from axon.tiling.build import KernelBuilder, Options, Pass
 from axon.tiling.online import merge_lemma
 from axon.tiling.positions import masked_prefix, position_memories
-from axon.tiling.packing import fold_heads, pack_factors, pack_rows, packed_sizes
+from axon.tiling.packing import fold_heads, pack_factors, pack_rows, packed_sizes, pairable
 from axon.tiling.space import check, concrete, default_tiling, enumerate_tilings, weights_shared_from
 
 
@@ -63,6 +63,7 @@ class Candidate:
                           for i, p in enumerate(self.passes))
         packed = f", rows packed {self.options.packed} per partition" if self.options.packed > 1 else ""
         packed += f", {self.options.fold} heads folded into the rows" if self.options.fold else ""
+        packed += ", two kv heads per row tile" if self.options.paired else ""
         has_matmul = any(n.op.value == "matmul" for p in self.passes for n in p.group.nodes)
         stationary = f", stationary via {self.options.stationary}" if has_matmul else ""  # only a matmul has one
         stationary += ", transposed weights via dma" if self.options.weights == "dma" else ""
@@ -108,6 +109,9 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
                            f"{cand.options.packed}*c] views of the HBM tensors)"] if cand.options.packed > 1 else [])
     if cand.options.fold:
         layout.append(f"{cand.options.fold} heads folded into the rows ([.., 1, h*s, c] views of the row tensors)")
+    if cand.options.paired:
+        layout.append("two kv heads per row tile ([.., kv/2, 1, 2*h*s, c] views; q^T block-diagonal against both "
+                      "heads' keys, each head's diagonal block of exp @ [v_a | v_b])")
     if layout:
         lines.append("layout:   " + "; ".join(layout))
     for i, p in enumerate(cand.passes):
@@ -164,6 +168,13 @@ def _layouts(world: RowWorld, target) -> list[tuple[str, str]]:
     if any(_transposed_input(world, n.inputs[1]) for n in matmuls):
         layouts.append((layouts[-1][0], "dma"))
     return layouts[::-1]
+
+
+def _pairs(world: RowWorld, gs, combo, sizes, partitions: int) -> bool:
+    """Whether a combo's kernel may pair kv heads in its row tiles (tiling.packing.pairable): one
+    pass, an online walk loading each chunk's weights."""
+    return (len(gs) == 1 and bool(combo[0].kv_chunk) and bool(combo[0].n_block)
+            and pairable(world, gs[0], combo[0].row_tile, sizes, partitions))
 
 
 def _transposed_input(world: RowWorld, x) -> bool:
@@ -262,16 +273,20 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                 plain, walk_way = _layouts(world, target), _walk_layout(target)
                 for combo in combos:
                     layouts = [walk_way] if _rereads_keys(world, gs, combo, wsizes) else plain
+                    # kv heads paired in a row tile (tiling.packing), first: both use the partitions fully
+                    pairings = ([True, False] if fold and walk_way == ("dma", "dma")
+                                and _pairs(world, gs, combo, wsizes, limits.partitions) else [False])
                     for alt in range(1 + _max_alternatives(lowerer)):
-                        fresh = {(layout, precision): _candidate(
+                        fresh = {(layout, precision, paired): _candidate(
                                      name, target, world, wsizes, dtype, lowerer, counts, seen,
                                      Candidate(vi, rewrites, mode,
                                                Options(stationary=layout[0], weights=layout[1], engines=engines,
-                                                       lowering=alt, precision=precision, packed=packed, fold=fold),
+                                                       lowering=alt, precision=precision, packed=packed, fold=fold,
+                                                       paired=paired),
                                                tuple(Pass(g, t) for g, t in zip(gs, combo))))
-                                 for layout in layouts for precision in precisions}
+                                 for paired in pairings for layout in layouts for precision in precisions}
                         out.extend(c for c in fresh.values() if c is not None)
-                        if alt and all(fresh[(s, precisions[0])] is None for s in layouts):
+                        if alt and all(fresh[(s, precisions[0], False)] is None for s in layouts):
                             break
         if progress:
             progress(f"variant {vi}: {counts.generated} candidates so far")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from axon.errors import UnsupportedError
@@ -67,6 +67,8 @@ class Options:
     packed: int = 1  # rows per partition (tiling.packing): the passes see [m/g, g*c] views of HBM
     fold: int = 0  # heads folded into the rows (tiling.packing.fold_heads): the passes see
     # [.., 1, h*s, c] views of the [.., h, s, c] row tensors; 0: not folded
+    paired: bool = False  # an online walk over folded heads with two kv heads per row tile
+    # (tiling.packing: head pairing; the row tensors seen as [.., kv/2, 1, 2*h*s, c])
 
 
 # A causal pass's runs of row blocks are loop nests of their own, one after another: each fills
@@ -141,6 +143,7 @@ class KernelBuilder:
         self.seen = None  # in a causal pass's run of row blocks: (its Prefix, the run's first row)
         self.nests = 0  # loop nests (passes, causal runs) begun so far
         self.rows = rows
+        self.head = None  # in a paired walk: the head (0, 1) of the pair whose weights are addressed
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
         if hasattr(emitter, "balance"):
             emitter.balance = options.engines == "balanced"
@@ -220,7 +223,7 @@ class KernelBuilder:
         for j in range(nb):
             wj = len(wb) - nb + j
             size = self.c(src.shape[j])
-            batch.append("0" if size == 1 else f"i_b{wj}")
+            batch.append("0" if size == 1 else self._batch_index(wj, src))
         r = f"{rows}:{rows} + {P}" if P > 1 else rows
         idx = batch + ([cols, r] if transposed else [r, cols])
         return f"{name}[{', '.join(idx)}]"
@@ -294,11 +297,15 @@ class KernelBuilder:
         if lemma.status is not Status.PROVED:
             raise UnsupportedError(f"online softmax: the merge of chunk states is not proved ({lemma.status.value})")
         members = set(p.group.nodes)
+        paired = self.opt.paired
+        if paired:  # a row tile holds the rows of two kv heads (tiling.packing: head pairing)
+            t = replace(t, row_tile=2 * t.row_tile)
         P, CH, T = t.row_tile, t.kv_chunk, self.sizes[form.dim]
-        R = self.c(w.row)
+        R = self.c(w.row) * (2 if paired else 1)
         em.comment(f"pass {pi + 1}: " + ", ".join(n.op.value for n in p.group.nodes)
                    + f"  (rows {P} per block; {form.dim} walked in {T // CH} chunks of {CH} with a running "
-                   "softmax state, weights " + ("whole on chip)" if not t.n_block else "loaded per chunk)"))
+                   "softmax state, weights " + ("whole on chip)" if not t.n_block else "loaded per chunk)")
+                   + ("; two kv heads per row tile, q^T block-diagonal" if paired else ""))
         matmul_phases = [form.scores, form.values]
         shared_from = self._weights_shared_from(matmul_phases, t, members) if not t.n_block else len(w.batch)
         self.shared_weights = {}
@@ -307,7 +314,8 @@ class KernelBuilder:
         for j, size in enumerate(w.batch):
             if j == shared_from:
                 self._load_shared_weights(matmul_phases, t, dma)
-            ctx.append(em.loop(f"i_b{j}", self.c(size)))
+            pairs = paired and j == len(w.batch) - 2
+            ctx.append(em.loop(f"i_b{j}", self.c(size) // (2 if pairs else 1)))
             ctx[-1].__enter__()
         with em.loop("i_rb", R // P, scoped=len(self.passes) > 1, only=self._blocks(P)), \
                 em.loop("i_r", 1):
@@ -319,7 +327,10 @@ class KernelBuilder:
                 trans[A] = (em.alloc(f"{self._nm(A)}_T", kt, self.cols(A) // kt * P, "kernel"), self.cols(A) // kt, "i_r")
             for ph in form.lead:
                 self.row_phase(ph, t, rows0, {}, trans, members, {A}, consumers, owner, pi)
-            qT, _, tcol = self._stationary(A, t, rows0, {}, trans, members)
+            if paired:
+                qT, tcol = self._paired_stationary(A, P // 2, rows0)
+            else:
+                qT, _, tcol = self._stationary(A, t, rows0, {}, trans, members)
             if not t.n_block and shared_from == len(w.batch):
                 self._load_shared_weights(matmul_phases, t, dma)  # whole, once per row block
             # the chunks are independent (an affine loop the compiler pipelines: one chunk's
@@ -356,7 +367,13 @@ class KernelBuilder:
         D, K1 = self.cols(v_mm), self.cols(s_mm.inputs[0])
         KT, VT = t.k_tile_for(K1), t.k_tile_for(CH)  # q k^T over the head dim, exp @ W2 over the keys
         # weights: whole on chip (the chunk's columns / k tiles of them), or this chunk's block
-        if s_mm in self.shared_weights:
+        if self.opt.paired:  # both heads' keys on the contraction, their values side by side
+            if s_mm in self.shared_weights or KT != K1:
+                raise UnsupportedError("a paired walk loads each chunk's weights, one k tile of keys per head")
+            w1, w2 = self._paired_keys(s_mm, K1, CH), self._paired_values(v_mm, CH, VT, D)
+            c1, c2 = _ex(("i_kt", CH), ("i_nt", NT)), _ex(("i_kt", 2 * D))
+            K1 = KT = 2 * K1
+        elif s_mm in self.shared_weights:
             w1, c1 = self.shared_weights[s_mm], _ex(("i_kt", T), ("i_ch", CH), ("i_nt", NT))
             w2, c2 = self.shared_weights[v_mm], _ex(("i_ch", CH // VT * D), ("i_kt", D))
         else:
@@ -393,9 +410,58 @@ class KernelBuilder:
         self.run_program(nodes, list(tiles), reads.__getitem__, lambda n: tiles[n], P)
         eT = em.alloc(f"{self._nm(form.e)}_T", VT, CH // VT * P, "kernel")
         em.transpose_into(eT, tiles[cs["e"]], P, VT, CH // VT, "i_r", "0")
+        if self.opt.paired:  # each head keeps its diagonal block of [p_a; p_b] [v_a | v_b]
+            acc_o = em.alloc("acc", P, 2 * D, "accum")
+            em.matmul(acc_o, eT, w2, P, VT, 2 * D, CH // VT, _ex(("i_kt", P)), c2,
+                      step=self.lowerer.matmul(v_mm).steps[0])
+            H, col = P // 2, _ex(("i_ch", D))
+            for h in range(2):
+                em.copy(f"{slots['o']}[{h * H}:{h * H + H}, {col}:{col} + {D}]",
+                        f"{acc_o}[{h * H}:{h * H + H}, {h * D}:{h * D + D}]")
+            return
         acc_o = em.alloc("acc", P, D, "accum")
         em.matmul(acc_o, eT, w2, P, VT, D, CH // VT, _ex(("i_kt", P)), c2, step=self.lowerer.matmul(v_mm).steps[0])
         em.copy(em.view(slots["o"], P, _ex(("i_ch", D)), D), em.view(acc_o, P, "0", D))
+
+    def _paired_stationary(self, A: Node, H: int, rows0) -> tuple[str, Callable]:
+        """q^T of a pair of heads, block-diagonal (paired_heads_lemma): head h's [K, H] block at
+        partitions h*K, columns h*H, through DMA transposes of its rows; zero elsewhere."""
+        em, K = self.em, self.cols(A)
+        tile = em.alloc("lhsT", 2 * K, 2 * H, "kernel")
+        em.fill(em.view(tile, 2 * K, "0", 2 * H), 0.0)
+        for h in range(2):
+            em.dma_transpose(f"{tile}[{h * K}:{h * K + K}, {h * H}:{h * H + H}]",
+                             self.hbm_ref(A, _ex(rows0, h * H), H, f"0:{K}"))
+        return tile, lambda kt: _ex((kt, 2 * H))
+
+    def _paired_keys(self, mm: Node, K: int, CH: int) -> str:
+        """This chunk's keys of both heads of a pair, transposed on the way in: head h's [K, CH]
+        at partitions h*K."""
+        em = self.em
+        src, jn = view_source(mm.inputs[1]), divisor_at_most(CH, em.dma_transpose_rows)
+        wt = em.alloc("w", 2 * K, CH, "kernel")
+        for h in range(2):
+            self.head = h
+            with em.loop("i_j", CH // jn):
+                col = _ex(("i_j", jn))
+                em.dma_transpose(f"{wt}[{h * K}:{h * K + K}, {col}:{col} + {jn}]",
+                                 self._ref_rows_cols(src, _ex(("i_ch", CH), ("i_j", jn)), jn, "0", K))
+        self.head = None
+        return wt
+
+    def _paired_values(self, mm: Node, CH: int, VT: int, D: int) -> str:
+        """This chunk's values of both heads of a pair side by side: k tile q of head h at
+        columns q*2D + h*D."""
+        em = self.em
+        wt = em.alloc("w", VT, CH // VT * 2 * D, "kernel")
+        for h in range(2):
+            self.head = h
+            with em.loop("i_kt", CH // VT):
+                col = _ex(("i_kt", 2 * D), h * D)
+                em.dma(f"{wt}[0:{VT}, {col}:{col} + {D}]",
+                       self._ref_rows_cols(mm.inputs[1], _ex(("i_ch", CH), ("i_kt", VT)), VT, "0", D))
+        self.head = None
+        return wt
 
     def _scores_out(self, form, x, acc: str, dst: str, parts, P: int, CH: int, NT: int, rows, members):
         """One accumulator tile of a chunk's scores, out of PSUM into `dst`: through the scores'
@@ -650,10 +716,14 @@ class KernelBuilder:
 
     def _packed_view(self, name: str, node: Node) -> str:
         """An HBM tensor as the passes address it: itself, its [m/g, g*c] view (Options.packed) or,
-        for a row tensor, its [.., 1, h*s, c] view (Options.fold)."""
+        for a row tensor, its [.., 1, h*s, c] view (Options.fold), [.., kv/2, 1, 2*h*s, c] with
+        the kv heads paired (Options.paired: a pair's rows are consecutive)."""
         if self.opt.packed == 1 and not (self.opt.fold and self.w.roles.get(node) == "row"):
             return name
-        return f"{name}.reshape(({', '.join(str(self.c(s)) for s in node.shape)}))"
+        shape = [self.c(s) for s in node.shape]
+        if self.opt.paired and self.w.roles.get(node) == "row":
+            shape[-4], shape[-2] = shape[-4] // 2, 2 * shape[-2]
+        return f"{name}.reshape(({', '.join(map(str, shape))}))"
 
     def run_program(self, nodes, needed, operand, dst_for, P: int, chunk=None, memories=None, split: int = 1,
                     chunk_dims=None):
@@ -916,7 +986,15 @@ class KernelBuilder:
     def _batch_prefix(self, n: Node) -> list[str]:
         nb = n.rank - 2
         wb = self.w.batch
-        return [f"i_b{len(wb) - nb + j}" if self.c(n.shape[j]) != 1 else "0" for j in range(nb)]
+        return [self._batch_index(len(wb) - nb + j, n) if self.c(n.shape[j]) != 1 else "0" for j in range(nb)]
+
+    def _batch_index(self, wj: int, node: Node) -> str:
+        """The index of batch axis wj of the world in an HBM reference to `node`: its loop variable,
+        or in a paired walk, for a tensor of one kv head (not a row tensor, whose view pairs the
+        heads), the pair's head `self.head`."""
+        if self.head is not None and wj == len(self.w.batch) - 2 and self.w.roles.get(node) != "row":
+            return f"i_b{wj} * 2 + {self.head}"
+        return f"i_b{wj}"
 
     def _out_ref(self, n: Node, oname: str, rows: str, P: int, cols: str) -> str:
         idx = self._batch_prefix(n) + [f"{rows}:{rows} + {P}", cols]

@@ -19,15 +19,26 @@ j does exactly what row j*s + i of one [.., 1, h*s, d] tensor would, since every
 row-local or a matmul whose right operand does not depend on h; `fold_heads(graph)` gives the
 graph over those views (free reshapes of the HBM tensors), so decode attention's few query rows
 per head fill the partitions together, against one load of each kv head.
+
+Head pairing goes one level further for an online walk (`Options.paired`) whose folded rows and
+head dim fill at most half of the partitions (decode at head dim 64): two kv heads share a row
+tile. Their rows are consecutive in the [.., kv/2, 1, 2*h*s, d] view of q and the output; q k^T
+takes the block-diagonal [q_a 0; 0 q_b] as its stationary operand against both heads' keys on
+the contraction (k_a^T over k_b^T), and exp @ v both heads' values side by side ([v_a | v_b]),
+of which each head keeps its diagonal block. That each head's block is its own product
+(`paired_heads_lemma`) is proved by the verifier before a pairing is offered. The Tensor Engine
+does one matmul where it did two, and every instruction of the softmax covers 128 partitions
+instead of 64.
 """
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 from typing import Mapping, Optional
 
 from axon.errors import AxonError
-from axon.ir import Graph, Node, input_node, make_node, toposort
-from axon.semantics.ops import OP_SPECS, Op, OpKind
+from axon.ir import Graph, Node, const_node, input_node, make_node, toposort
+from axon.semantics.ops import OP_SPECS, ConcatParams, Op, OpKind, SliceParams, TransposeParams
 from axon.semantics.sizes import Size
 from axon.tiling.space import strided_columns
 
@@ -159,3 +170,53 @@ def _folds(n: Node, changed: set, rank: int) -> bool:
     if n.op is Op.MATMUL:
         return n.inputs[1] not in changed
     return False
+
+
+@functools.cache
+def paired_heads_lemma():
+    """The verifier's verdicts (a tuple) on what a paired row tile computes, for all sizes: the
+    first / second head's block of rows of [q_a 0; 0 q_b] [k_a | k_b]^T is q_a k_a^T / q_b k_b^T,
+    and the first / second head's diagonal block of [p_a; p_b] [v_a | v_b] is p_a v_a / p_b v_b."""
+    from axon.verification import Verifier
+
+    r, d, t = (Size.of(n) for n in ("r", "d", "t"))
+    qa, qb, ka, kb = (input_node(n, s) for n, s in (("qa", (r, d)), ("qb", (r, d)), ("ka", (t, d)), ("kb", (t, d))))
+    pa, pb, va, vb = (input_node(n, s) for n, s in (("pa", (r, t)), ("pb", (r, t)), ("va", (t, d)), ("vb", (t, d))))
+    ap = lambda op, *xs, p=None: make_node(op, xs, p)  # noqa: E731
+    cat = lambda axis, *xs: ap(Op.CONCAT, *xs, p=ConcatParams(axis))  # noqa: E731
+    zero = lambda x: ap(Op.MUL, x, const_node(0.0))  # noqa: E731
+    block = lambda x, rows, cols: ap(Op.SLICE, x, p=SliceParams((rows + (1,), cols + (1,))))  # noqa: E731
+    first, second, whole = (0, r), (r, None), (0, None)
+    scores = ap(Op.MATMUL, cat(0, cat(1, qa, zero(qa)), cat(1, zero(qb), qb)),
+                ap(Op.TRANSPOSE, cat(1, ka, kb), p=TransposeParams((1, 0))))
+    values = ap(Op.MATMUL, cat(0, pa, pb), cat(1, va, vb))
+    kT = lambda k: ap(Op.TRANSPOSE, k, p=TransposeParams((1, 0)))  # noqa: E731
+    claims = ((block(scores, first, whole), ap(Op.MATMUL, qa, kT(ka))),
+              (block(scores, second, whole), ap(Op.MATMUL, qb, kT(kb))),
+              (block(values, first, (0, d)), ap(Op.MATMUL, pa, va)),
+              (block(values, second, (d, None)), ap(Op.MATMUL, pb, vb)))
+    ins = (qa, qb, ka, kb, pa, pb, va, vb)
+    return tuple(Verifier().check_programs(Graph(ins, (paired,)), Graph(ins, (own,))) for paired, own in claims)
+
+
+def pairable(world, group, row_tile: int, sizes: Mapping[str, int], partitions: int) -> bool:
+    """Whether an online walk of `group` over a folded world may pair kv heads (the module
+    docstring): one row tile holds a head's rows and two fit the partitions, the kv axis (the
+    batch axis outside the folded one) is even, the scores' stationary operand is an input row
+    tensor read as it is, their keys a transposed input and the values an input, each head's
+    contraction and value columns at most half a tile, and the pairing lemma is proved."""
+    from axon.tiling.online import online_softmax
+    from axon.verification import Status
+
+    form = online_softmax(world, group)
+    if form is None or form.lead or len(world.batch) < 2 or world.batch[-1] != Size.of(1):
+        return False
+    c = lambda size: size.evaluate_int(sizes)  # noqa: E731
+    s_mm, v_mm = form.scores.matmuls[0], form.o
+    A, keys, vals = s_mm.inputs[0], s_mm.inputs[1], v_mm.inputs[1]
+    return (c(world.row) == row_tile and 2 * row_tile <= partitions and c(world.batch[-2]) % 2 == 0
+            and A.op is Op.INPUT and world.roles.get(A) == "row"
+            and keys.op is Op.TRANSPOSE and world.roles.get(keys) == "view" and keys.inputs[0].op is Op.INPUT
+            and vals.op is Op.INPUT and world.roles.get(vals) != "row"
+            and 2 * c(A.shape[-1]) <= partitions and 2 * c(vals.shape[-1]) <= partitions
+            and all(v.status is Status.PROVED for v in paired_heads_lemma()))

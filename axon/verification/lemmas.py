@@ -62,6 +62,10 @@ LEMMAS: dict[str, Lemma] = {lemma.name: lemma for lemma in [
     Lemma("index_range", "floor(r / b) = 0 and r mod b = r for 0 <= r < b", "definition of floor division",
           lambda rng, n: (lambda r: (np.concatenate([r // (n + 1), r % (n + 1)]), np.concatenate([0 * r, r])))(
               rng.integers(0, n + 1, n))),
+    Lemma("compare_range", "for integers with 0 <= r < b: b - r > 0 and r - b >= 0 is false; a comparison "
+          "is decided where the ranges of its indices decide it (a concatenation's branch on an index inside a fold)",
+          "0 <= r <= b - 1", lambda rng, n: (lambda r: (np.concatenate([(n + 1) - r > 0, r - (n + 1) >= 0]),
+                                                         np.concatenate([r >= 0, r < 0])))(rng.integers(0, n + 1, n))),
     Lemma("index_nest", "floor(floor(x / c) / b) = floor(x / (c b)) for b, c > 0", "nested floor division",
           lambda rng, n: (lambda x: ((x // 3) // (n + 1), x // (3 * (n + 1))))(rng.integers(-100, 100, n))),
     Lemma("fold_unroll", "fold_{r<n} b(r) = b(0) (+) ... (+) b(n-1) for a constant n",

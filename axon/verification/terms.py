@@ -333,6 +333,10 @@ def compare(op: str, a: Poly, b: Poly) -> Poly:
     if d.is_const:
         holds = {"ge": d.value >= 0, "gt": d.value > 0, "eq": d.value == 0}[op]
         return ONE if holds else ZERO
+    if op in ("ge", "gt"):
+        decided = _decided_by_ranges(d, op == "gt")
+        if decided is not None:
+            return ONE if decided else ZERO
     if op == "eq" and (-d).key < d.key:
         d = -d
     return Poly.atom(Fn(op, (d,)))
@@ -434,6 +438,43 @@ def _largest(r: Poly) -> Optional[Poly]:
 
 def _nonnegative(p: Poly) -> bool:
     return all(c >= 0 and all(isinstance(a, Var) and a.kind == "dim" and e > 0 for a, e in m) for m, c in p.terms)
+
+
+def _at_least(d: Poly, k: int) -> bool:
+    """d >= k is known for an integer index term d (lemma `compare_range`): its negative terms,
+    each a multiple of sizes times one ranged index, at their largest, do not outweigh its
+    positive terms at their smallest (a size at least 1, an index or a mod at least 0)."""
+    if not _integral(d):
+        return False
+    pos, neg = ZERO, ZERO
+    for m, c in d.terms:
+        if c > 0:
+            pos = pos + Poly({m: c})
+        else:
+            neg = neg - Poly({m: c})
+    largest = _largest(neg) if neg != ZERO else ZERO
+    if largest is None:
+        return False
+    rest = pos - largest - Poly.const(k)
+    return all(c >= 0 and all(e > 0 and (isinstance(a, Var) and a.kind == "dim" or _index_range(a) is not None)
+                              for a, e in m) for m, c in rest.terms
+               if m) and _smallest(rest) >= 0
+
+
+def _smallest(p: Poly) -> Fraction:
+    """A lower bound of p's value with sizes >= 1 and ranged indices >= 0 (its terms' coefficients
+    all >= 0): the constant plus the terms of sizes alone."""
+    return sum((c for m, c in p.terms if all(isinstance(a, Var) and a.kind == "dim" for a, _ in m)), Fraction(0))
+
+
+def _decided_by_ranges(d: Poly, strict: bool) -> Optional[bool]:
+    """Whether d > 0 (strict) or d >= 0 holds for every value of d's indices in their known
+    ranges, where the ranges decide it (an integer index term); None where they do not."""
+    if _at_least(d, 1 if strict else 0):
+        return True
+    if _at_least(-d, 0 if strict else 1):
+        return False
+    return None
 
 
 def _below(r: Poly, b: Poly) -> bool:

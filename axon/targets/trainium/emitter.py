@@ -241,7 +241,7 @@ class NkiEmitter:
         self.load = dict(self.fixed.get(self.region, _idle()))
 
     def _width(self, view: str) -> int:
-        m = re.match(r"^\w+\[0:\d+, (.+?):(.+)\]$", view)
+        m = re.match(r"^\w+\[\d+:\d+, (.+?):(.+)\]$", view)
         if not m:
             return 512
         start, stop = m.group(1), m.group(2)
@@ -255,7 +255,7 @@ class NkiEmitter:
               "tensor_scalar_reduce": "vector", "activation": "scalar", "activation_reduce": "scalar",
               "affine_select": "gpsimd"}
     _READS_DATA = ("tensor_reduce", "tensor_scalar_reduce", "activation_reduce")  # N is the input's width
-    _DST = re.compile(r"^nisa\.(\w+)\(dst=(\w+\[0:\d+, [^\]]+\])")
+    _DST = re.compile(r"^nisa\.(\w+)\(dst=(\w+\[\d+:\d+, [^\]]+\])")
 
     def _ns(self, instruction: str, engine: str, width: int, fast: bool = False, speedup: float = 1.0) -> float:
         """The time of one instruction on `engine` (the hardware description's cost), times the
