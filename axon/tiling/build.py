@@ -299,6 +299,8 @@ class KernelBuilder:
         members = set(p.group.nodes)
         paired = self.opt.paired
         if paired:  # a row tile holds the rows of two kv heads (tiling.packing: head pairing)
+            if self.rows is not None:
+                raise UnsupportedError("a paired walk runs its rows whole, not on row windows")
             t = replace(t, row_tile=2 * t.row_tile)
         P, CH, T = t.row_tile, t.kv_chunk, self.sizes[form.dim]
         R = self.c(w.row) * (2 if paired else 1)

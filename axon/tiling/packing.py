@@ -203,7 +203,8 @@ def pairable(world, group, row_tile: int, sizes: Mapping[str, int], partitions: 
     """Whether an online walk of `group` over a folded world may pair kv heads (the module
     docstring): one row tile holds a head's rows and two fit the partitions, the kv axis (the
     batch axis outside the folded one) is even, the scores' stationary operand is an input row
-    tensor read as it is, their keys a transposed input and the values an input, each head's
+    tensor read as it is, their keys a transposed input and the values an input, nothing else
+    is read but constants (no positions: a row of the tile is a row of either head), each head's
     contraction and value columns at most half a tile, and the pairing lemma is proved."""
     from axon.tiling.online import online_softmax
     from axon.verification import Status
@@ -214,6 +215,10 @@ def pairable(world, group, row_tile: int, sizes: Mapping[str, int], partitions: 
     c = lambda size: size.evaluate_int(sizes)  # noqa: E731
     s_mm, v_mm = form.scores.matmuls[0], form.o
     A, keys, vals = s_mm.inputs[0], s_mm.inputs[1], v_mm.inputs[1]
+    leaves = {x for n in group.nodes for x in n.inputs if not x.inputs}
+    if any(x.op is not Op.CONST and x not in (A, vals, keys.inputs[0]) for x in leaves) or \
+            any(n.op is Op.IOTA for n in group.nodes):
+        return False
     return (c(world.row) == row_tile and 2 * row_tile <= partitions and c(world.batch[-2]) % 2 == 0
             and A.op is Op.INPUT and world.roles.get(A) == "row"
             and keys.op is Op.TRANSPOSE and world.roles.get(keys) == "view" and keys.inputs[0].op is Op.INPUT
