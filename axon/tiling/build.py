@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
@@ -443,12 +443,10 @@ class KernelBuilder:
         src, jn = view_source(mm.inputs[1]), divisor_at_most(CH, em.dma_transpose_rows)
         wt = em.alloc("w", 2 * K, CH, "kernel")
         for h in range(2):
-            self.head = h
-            with em.loop("i_j", CH // jn):
+            with self._head(h), em.loop("i_j", CH // jn):
                 col = _ex(("i_j", jn))
                 em.dma_transpose(f"{wt}[{h * K}:{h * K + K}, {col}:{col} + {jn}]",
                                  self._ref_rows_cols(src, _ex(("i_ch", CH), ("i_j", jn)), jn, "0", K))
-        self.head = None
         return wt
 
     def _paired_values(self, mm: Node, CH: int, VT: int, D: int) -> str:
@@ -457,13 +455,20 @@ class KernelBuilder:
         em = self.em
         wt = em.alloc("w", VT, CH // VT * 2 * D, "kernel")
         for h in range(2):
-            self.head = h
-            with em.loop("i_kt", CH // VT):
+            with self._head(h), em.loop("i_kt", CH // VT):
                 col = _ex(("i_kt", 2 * D), h * D)
                 em.dma(f"{wt}[0:{VT}, {col}:{col} + {D}]",
                        self._ref_rows_cols(mm.inputs[1], _ex(("i_ch", CH), ("i_kt", VT)), VT, "0", D))
-        self.head = None
         return wt
+
+    @contextmanager
+    def _head(self, h: int):
+        """HBM references to one kv head's tensors address head h of the pair (_batch_index)."""
+        self.head = h
+        try:
+            yield
+        finally:
+            self.head = None
 
     def _scores_out(self, form, x, acc: str, dst: str, parts, P: int, CH: int, NT: int, rows, members):
         """One accumulator tile of a chunk's scores, out of PSUM into `dst`: through the scores'
