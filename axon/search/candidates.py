@@ -157,8 +157,9 @@ def _layouts(world: RowWorld, target) -> list[tuple[str, str]]:
     the contraction layout. An input read as the stationary operand, and one read transposed as
     the moving operand (attention's keys), each by Tensor Engine transposes ("pe") or by the DMA
     engine on the way in ("dma", where the target has DMA transposes). Offered: all "pe", each
-    stationary way with the weights by "pe", and the last with the weights by "dma" too (a kernel
-    whose loads all transpose on the way in keeps the Tensor Engine for its matmuls)."""
+    stationary way with the weights by "pe", and the last with the weights by "dma" too, offered
+    first (a kernel whose loads all transpose on the way in keeps the Tensor Engine for its
+    matmuls; ranking keeps this order among a tiling's ties)."""
     layouts = [("pe", "pe")]
     if not getattr(target, "dma_transpose", False):
         return layouts
@@ -166,8 +167,8 @@ def _layouts(world: RowWorld, target) -> list[tuple[str, str]]:
     if any(n.inputs[0].op is Op.INPUT for n in matmuls):
         layouts.append(("dma", "pe"))
     if any(_transposed_input(world, n.inputs[1]) for n in matmuls):
-        layouts.append((layouts[-1][0], "dma"))
-    return layouts[::-1]
+        return [(layouts[-1][0], "dma")] + layouts
+    return layouts
 
 
 def _pairs(world: RowWorld, gs, combo, sizes, partitions: int) -> bool:
