@@ -3,10 +3,10 @@
 sizes:    kv=8, g=8, s=2048, t=8192, d=128
 rewrites: propagate matmul (operand 0) into div: degree 1 onto operand 0 (each proved for all sizes)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by dma
+layout:   stationary operands transposed by dma; transposed weights by dma
 pass 1:   matmul, max, sub, exp, matmul, sum, div; row tile 128 x block 1, matmul n tile 512, n block whole width, k tile 128, keys walked in chunks of 4096 with a running softmax state (online softmax: the merge of chunk states proved by the verifier)
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  on s rows 0:128, 512:640, 1024:1152, 1408:1536, 1920:2048 of 2048 (5 of 16 blocks of 128 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.314, 0.61 of its per-element error bound
+checked:  on s rows 0:128, 512:640, 1024:1152, 1408:1536, 1920:2048 of 2048 (5 of 16 blocks of 128 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.0155, 0.48 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -35,12 +35,12 @@ def gqa(q, k, v):
             for i_rb in nl.affine_range(16):
                 lhsT = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
                 nisa.dma_transpose(dst=lhsT[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_rb * 128, 128), 0:128])
-                n_chunks = nl.ndarray((128, 2), dtype=DT, buffer=nl.sbuf)
+                n_chunks = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
                 l_chunks = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
                 o_chunks = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
                 for i_ch in nl.affine_range(2):
-                    matmul_chunk = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-                    max_parts = nl.ndarray((128, 8), dtype=DT, buffer=nl.sbuf)
+                    matmul_chunk = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+                    max_parts = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
                     for i_nt in nl.affine_range(8):
                         acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
                         nisa.nc_matmul(dst=acc[0:128, 0:512], stationary=lhsT[0:128, 0:128], moving=w[0:128, nl.ds(i_ch * 4096 + i_nt * 512, 512)])
@@ -51,43 +51,32 @@ def gqa(q, k, v):
                     nisa.tensor_reduce(dst=n_chunks[0:128, nl.ds(i_ch, 1)], data=max_parts[0:128, 0:8], op=nl.maximum, negate=True, axis=1)
                     nisa.activation_reduce(dst=exp1[0:128, 0:4096], reduce_res=l_chunks[0:128, nl.ds(i_ch, 1)], data=matmul_chunk[0:128, 0:4096], bias=n_chunks[0:128, nl.ds(i_ch, 1)], op=nl.exp, reduce_op=nl.add)
                     exp2_T = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
-                    for i_q in nl.affine_range(3):
+                    for i_q in nl.affine_range(4):
                         tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
                         nisa.nc_transpose(dst=tp[0:128, 0:128], data=exp1[0:128, nl.ds(i_q * 512, 128)])
                         nisa.nc_transpose(dst=tp[0:128, 128:256], data=exp1[0:128, nl.ds(i_q * 512 + 128, 128)])
                         nisa.nc_transpose(dst=tp[0:128, 256:384], data=exp1[0:128, nl.ds(i_q * 512 + 256, 128)])
                         nisa.nc_transpose(dst=tp[0:128, 384:512], data=exp1[0:128, nl.ds(i_q * 512 + 384, 128)])
                         nisa.tensor_copy(dst=exp2_T[0:128, nl.ds(i_q * 512, 512)], src=tp, engine=nisa.engine.scalar)
-                    tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp1[0:128, 0:128], data=exp1[0:128, 1536:1664])
-                    nisa.nc_transpose(dst=tp1[0:128, 128:256], data=exp1[0:128, 1664:1792])
-                    nisa.nc_transpose(dst=tp1[0:128, 256:384], data=exp1[0:128, 1792:1920])
-                    nisa.nc_transpose(dst=tp1[0:128, 384:512], data=exp1[0:128, 1920:2048])
-                    nisa.tensor_copy(dst=exp2_T[0:128, 1536:2048], src=tp1, engine=nisa.engine.vector)
+                    for i_q in nl.affine_range(4, 6):
+                        tp1 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                        nisa.nc_transpose(dst=tp1[0:128, 0:128], data=exp1[0:128, nl.ds(i_q * 512, 128)])
+                        nisa.nc_transpose(dst=tp1[0:128, 128:256], data=exp1[0:128, nl.ds(i_q * 512 + 128, 128)])
+                        nisa.nc_transpose(dst=tp1[0:128, 256:384], data=exp1[0:128, nl.ds(i_q * 512 + 256, 128)])
+                        nisa.nc_transpose(dst=tp1[0:128, 384:512], data=exp1[0:128, nl.ds(i_q * 512 + 384, 128)])
+                        nisa.tensor_copy(dst=exp2_T[0:128, nl.ds(i_q * 512, 512)], src=tp1, engine=nisa.engine.vector)
                     tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp1[0:128, 2048:2176])
-                    nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp1[0:128, 2176:2304])
-                    nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp1[0:128, 2304:2432])
-                    nisa.nc_transpose(dst=tp2[0:128, 384:512], data=exp1[0:128, 2432:2560])
-                    nisa.tensor_copy(dst=exp2_T[0:128, 2048:2560], src=tp2, engine=nisa.engine.scalar)
+                    nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp1[0:128, 3072:3200])
+                    nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp1[0:128, 3200:3328])
+                    nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp1[0:128, 3328:3456])
+                    nisa.nc_transpose(dst=tp2[0:128, 384:512], data=exp1[0:128, 3456:3584])
+                    nisa.tensor_copy(dst=exp2_T[0:128, 3072:3584], src=tp2, engine=nisa.engine.scalar)
                     tp3 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp3[0:128, 0:128], data=exp1[0:128, 2560:2688])
-                    nisa.nc_transpose(dst=tp3[0:128, 128:256], data=exp1[0:128, 2688:2816])
-                    nisa.nc_transpose(dst=tp3[0:128, 256:384], data=exp1[0:128, 2816:2944])
-                    nisa.nc_transpose(dst=tp3[0:128, 384:512], data=exp1[0:128, 2944:3072])
-                    nisa.tensor_copy(dst=exp2_T[0:128, 2560:3072], src=tp3, engine=nisa.engine.vector)
-                    tp4 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp4[0:128, 0:128], data=exp1[0:128, 3072:3200])
-                    nisa.nc_transpose(dst=tp4[0:128, 128:256], data=exp1[0:128, 3200:3328])
-                    nisa.nc_transpose(dst=tp4[0:128, 256:384], data=exp1[0:128, 3328:3456])
-                    nisa.nc_transpose(dst=tp4[0:128, 384:512], data=exp1[0:128, 3456:3584])
-                    nisa.tensor_copy(dst=exp2_T[0:128, 3072:3584], src=tp4, engine=nisa.engine.scalar)
-                    tp5 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp5[0:128, 0:128], data=exp1[0:128, 3584:3712])
-                    nisa.nc_transpose(dst=tp5[0:128, 128:256], data=exp1[0:128, 3712:3840])
-                    nisa.nc_transpose(dst=tp5[0:128, 256:384], data=exp1[0:128, 3840:3968])
-                    nisa.nc_transpose(dst=tp5[0:128, 384:512], data=exp1[0:128, 3968:4096])
-                    nisa.tensor_copy(dst=exp2_T[0:128, 3584:4096], src=tp5, engine=nisa.engine.vector)
+                    nisa.nc_transpose(dst=tp3[0:128, 0:128], data=exp1[0:128, 3584:3712])
+                    nisa.nc_transpose(dst=tp3[0:128, 128:256], data=exp1[0:128, 3712:3840])
+                    nisa.nc_transpose(dst=tp3[0:128, 256:384], data=exp1[0:128, 3840:3968])
+                    nisa.nc_transpose(dst=tp3[0:128, 384:512], data=exp1[0:128, 3968:4096])
+                    nisa.tensor_copy(dst=exp2_T[0:128, 3584:4096], src=tp3, engine=nisa.engine.vector)
                     acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
                     for i_kt in nl.affine_range(32):
                         nisa.nc_matmul(dst=acc1[0:128, 0:128], stationary=exp2_T[0:128, nl.ds(i_kt * 128, 128)], moving=w1[0:128, nl.ds(i_ch * 4096 + i_kt * 128, 128)])

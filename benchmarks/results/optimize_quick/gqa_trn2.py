@@ -3,10 +3,10 @@
 sizes:    kv=8, g=4, s=512, t=2048, d=128
 rewrites: propagate matmul (operand 0) into div: degree 1 onto operand 0 (each proved for all sizes)
 fusion:   fused (1 pass; values crossing passes go through HBM)
-layout:   stationary operands transposed by pe
+layout:   stationary operands transposed by dma; transposed weights by dma
 pass 1:   matmul, max, sub, exp, matmul, sum, div; row tile 128 x block 4, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.307, 0.66 of its per-element error bound
+checked:  at full size, random normal inputs (seed 0), against the float64 reference: max |err| 0.015, 0.56 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -27,25 +27,17 @@ def gqa(q, k, v):
     for i_b0 in nl.affine_range(8):
         w = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
         for i_j in nl.affine_range(16):
-            wrows = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-            nisa.dma_copy(dst=wrows[0:128, 0:128], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
-            tp = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp[0:128, 0:128], data=wrows[0:128, 0:128])
-            nisa.tensor_copy(dst=w[0:128, nl.ds(i_j * 128, 128)], src=tp, engine=nisa.engine.vector)
+            nisa.dma_transpose(dst=w[0:128, nl.ds(i_j * 128, 128)], src=k[i_b0, 0, nl.ds(i_j * 128, 128), 0:128])
         w1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
         for i_kt in nl.affine_range(16):
             nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
-            matmul_blk = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
-            sum_blk = nl.ndarray((128, 4), dtype=DT, buffer=nl.sbuf)
+            matmul_blk = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+            sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
             exp_T = nl.ndarray((128, 8192), dtype=DT, buffer=nl.sbuf)
             lhsT = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
             for i_r in nl.affine_range(4):
-                q_t = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
-                nisa.dma_copy(dst=q_t[0:128, 0:128], src=q[i_b0, i_b1, nl.ds(i_r * 128, 128), 0:128])
-                tp1 = nl.ndarray((128, 128), dtype=DT, buffer=nl.psum)
-                nisa.nc_transpose(dst=tp1[0:128, 0:128], data=q_t[0:128, 0:128])
-                nisa.tensor_copy(dst=lhsT[0:128, nl.ds(i_r * 128, 128)], src=tp1, engine=nisa.engine.vector)
+                nisa.dma_transpose(dst=lhsT[0:128, nl.ds(i_r * 128, 128)], src=q[i_b0, i_b1, nl.ds(i_r * 128, 128), 0:128])
             for i_r in nl.affine_range(4):
                 for i_nt in nl.affine_range(4):
                     acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
@@ -54,16 +46,16 @@ def gqa(q, k, v):
             for i_r in nl.affine_range(4):
                 exp1 = nl.ndarray((128, 2048), dtype=DT, buffer=nl.sbuf)
                 # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                t = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
+                t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=t[0:128, 0:1], data=matmul_blk[0:128, nl.ds(i_r * 2048, 2048)], op=nl.maximum, negate=True, axis=1)
                 nisa.activation_reduce(dst=exp1[0:128, 0:2048], reduce_res=sum_blk[0:128, nl.ds(i_r, 1)], data=matmul_blk[0:128, nl.ds(i_r * 2048, 2048)], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
                 for i_q in nl.affine_range(4):
-                    tp2 = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
-                    nisa.nc_transpose(dst=tp2[0:128, 0:128], data=exp1[0:128, nl.ds(i_q * 512, 128)])
-                    nisa.nc_transpose(dst=tp2[0:128, 128:256], data=exp1[0:128, nl.ds(i_q * 512 + 128, 128)])
-                    nisa.nc_transpose(dst=tp2[0:128, 256:384], data=exp1[0:128, nl.ds(i_q * 512 + 256, 128)])
-                    nisa.nc_transpose(dst=tp2[0:128, 384:512], data=exp1[0:128, nl.ds(i_q * 512 + 384, 128)])
-                    nisa.tensor_copy(dst=exp_T[0:128, nl.ds(i_r * 2048 + i_q * 512, 512)], src=tp2, engine=nisa.engine.vector)
+                    tp = nl.ndarray((128, 512), dtype=DT, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp[0:128, 0:128], data=exp1[0:128, nl.ds(i_q * 512, 128)])
+                    nisa.nc_transpose(dst=tp[0:128, 128:256], data=exp1[0:128, nl.ds(i_q * 512 + 128, 128)])
+                    nisa.nc_transpose(dst=tp[0:128, 256:384], data=exp1[0:128, nl.ds(i_q * 512 + 256, 128)])
+                    nisa.nc_transpose(dst=tp[0:128, 384:512], data=exp1[0:128, nl.ds(i_q * 512 + 384, 128)])
+                    nisa.tensor_copy(dst=exp_T[0:128, nl.ds(i_r * 2048 + i_q * 512, 512)], src=tp, engine=nisa.engine.vector)
             for i_r in nl.affine_range(4):
                 o = nl.ndarray((128, 128), dtype=DT, buffer=nl.sbuf)
                 acc1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
