@@ -39,6 +39,8 @@ class Candidate:
     source: str = field(repr=False, default="")
     misfit: str = ""  # the constraint a (direct-lowering) candidate breaks, if any
     static_cost: float = 0.0  # estimated HBM traffic (bytes, derated by DMA run length): the cheap first rank
+    # a plan (enumerate_candidates(plans=True)): what `Plans.emit` needs to emit its source
+    plan: tuple = field(repr=False, compare=False, default=())
 
     @property
     def key(self) -> str:
@@ -72,7 +74,9 @@ class Candidate:
 
 @dataclass
 class Counts:
-    generated: int = 0
+    generated: int = 0  # distinct kernels emitted
+    planned: int = 0  # candidates enumerated as plans (some emit the same kernel, some none)
+    emitted: int = 0  # plans emitted (each a build of its kernel)
     rejected_by_constraints: int = 0
     unsupported: int = 0
     reasons: list[str] = field(default_factory=list)
@@ -217,8 +221,11 @@ def check_lowerable(world: RowWorld, lowerer) -> None:
 def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]], sizes, target, dtype: str,
                          lowerer, counts: Counts, per_pass: int = 8, per_combo: int = 24,
                          progress: Optional[Callable[[str], None]] = None,
-                         modes: tuple[str, ...] = FUSION_MODES) -> list[Candidate]:
-    """`modes`: the fusion modes to try (("unfused",) is the no-fusion ablation)."""
+                         modes: tuple[str, ...] = FUSION_MODES, plans: bool = False) -> list[Candidate]:
+    """`modes`: the fusion modes to try (("unfused",) is the no-fusion ablation). `plans`: the
+    candidates unemitted, with their static costs, every lowering alternative of every combo
+    (`Plans` emits them when the search reaches them: at Llama sizes a build takes ~10 ms and
+    the model ranks a few dozen of the thousands); else each emitted, distinct sources only."""
     limits = target.limits()
     # engine placement is Axon's choice where the target has engines to spread over; the direct
     # lowering keeps every instruction on its default engine
@@ -277,20 +284,25 @@ def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]
                     # kv heads paired in a row tile (tiling.packing), first: both use the partitions fully
                     pairings = ([True, False] if fold and walk_way == ("dma", "dma")
                                 and _pairs(world, gs, combo, wsizes, limits.partitions) else [False])
+                    family = len(out)  # the plans of this combo (plans=True) differ only in their alternative
                     for alt in range(1 + _max_alternatives(lowerer)):
-                        fresh = {(layout, precision, paired): _candidate(
-                                     name, target, world, wsizes, dtype, lowerer, counts, seen,
-                                     Candidate(vi, rewrites, mode,
-                                               Options(stationary=layout[0], weights=layout[1], engines=engines,
-                                                       lowering=alt, precision=precision, packed=packed, fold=fold,
-                                                       paired=paired),
-                                               tuple(Pass(g, t) for g, t in zip(gs, combo))))
+                        level = {(layout, precision, paired): Candidate(
+                                     vi, rewrites, mode,
+                                     Options(stationary=layout[0], weights=layout[1], engines=engines, lowering=alt,
+                                             precision=precision, packed=packed, fold=fold, paired=paired),
+                                     tuple(Pass(g, t) for g, t in zip(gs, combo)))
                                  for paired in pairings for layout in layouts for precision in precisions}
+                        if plans:  # one family per layout and precision, its members the alternatives
+                            out.extend(_planned(c, (name, target, world, wsizes, dtype, lowerer), (family, k),
+                                                counts) for k, c in level.items())
+                            continue
+                        fresh = {k: _candidate(name, target, world, wsizes, dtype, lowerer, counts, seen, c)
+                                 for k, c in level.items()}
                         out.extend(c for c in fresh.values() if c is not None)
                         if alt and all(fresh[(s, precisions[0], False)] is None for s in layouts):
                             break
         if progress:
-            progress(f"variant {vi}: {counts.generated} candidates so far")
+            progress(f"variant {vi}: {counts.planned if plans else counts.generated} candidates so far")
     return out
 
 
@@ -313,21 +325,70 @@ def fold_factor(graph: Graph, world: RowWorld, sizes, partitions: int) -> int:
     return concrete(world.batch[-1], sizes)
 
 
-def _candidate(name, target, world, sizes, dtype, lowerer, counts: Counts, seen: set, cand: Candidate):
-    """`cand` with its source, or None when it cannot be emitted or repeats an earlier source."""
+def _emitted(cand: Candidate, emit_args: tuple, counts: Counts) -> bool:
+    """Whether `cand`'s source could be emitted (then it is set); else its reason is counted."""
+    name, target, world, sizes, dtype, lowerer = emit_args
     try:
         cand.source = emit(name, target, world, cand, sizes, dtype, lowerer)
+        return True
     except UnsupportedError as err:
         counts.unsupported += 1
         if str(err) not in counts.reasons:
             counts.reasons.append(str(err))
-        return None
-    if cand.key in seen:
+        return False
+
+
+def _candidate(name, target, world, sizes, dtype, lowerer, counts: Counts, seen: set, cand: Candidate):
+    """`cand` with its source, or None when it cannot be emitted or repeats an earlier source."""
+    if not _emitted(cand, (name, target, world, sizes, dtype, lowerer), counts) or cand.key in seen:
         return None
     cand.static_cost = static_cost(world, cand.passes, sizes, dtype)
     seen.add(cand.key)
     counts.generated += 1
     return cand
+
+
+def _planned(cand: Candidate, emit_args: tuple, family, counts: Counts) -> Candidate:
+    """`cand` as a plan: its static cost, and what emitting it takes; `family`: the plans that
+    differ only in their lowering alternative (Options.lowering) share it."""
+    _, _, world, sizes, dtype, _ = emit_args
+    cand.static_cost = static_cost(world, cand.passes, sizes, dtype)
+    cand.plan = (emit_args, family)
+    counts.planned += 1
+    return cand
+
+
+class Plans:
+    """Emits plans (enumerate_candidates(plans=True)) as the search reaches them: each distinct
+    kernel once (a plan repeating an emitted source, or the body of one under another variant's
+    header, gives None, as does one that cannot be emitted). A lowering alternative past every
+    phase's own gives the family's fused kernel again (Lowerer.program), and so does every later
+    one: once one does, its family's later plans are not emitted."""
+
+    def __init__(self, counts: Counts):
+        self.counts, self.seen, self.bodies = counts, set(), set()
+        self.fused: dict = {}  # family -> the key of its alternative 0
+        self.spent: set = set()  # families whose alternatives have run out
+
+    def emit(self, cand: Candidate) -> Optional[Candidate]:
+        if cand.plan:
+            emit_args, family = cand.plan
+            if family in self.spent:
+                return None
+            self.counts.emitted += 1
+            if not _emitted(cand, emit_args, self.counts):
+                return None
+            if not cand.options.lowering:
+                self.fused[family] = cand.key
+            elif self.fused.get(family) == cand.key:
+                self.spent.add(family)
+                return None
+        if cand.key in self.seen or cand.body_key in self.bodies:
+            return None
+        self.seen.add(cand.key)
+        self.bodies.add(cand.body_key)
+        self.counts.generated += 1
+        return cand
 
 
 def _max_alternatives(lowerer) -> int:

@@ -13,7 +13,6 @@ Invariant: shared stage; Trainium appears only as the default target name.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import sys
@@ -26,7 +25,7 @@ from axon.frontend.loading import load_program
 from axon.errors import AxonError, InputError, UnsupportedError
 from axon.fusion.nodes import FUSION_MODES, RowWorld
 from axon.frontend.program import Program
-from axon.search.candidates import (Candidate, Counts, check_lowerable, direct_lowering, enumerate_candidates,
+from axon.search.candidates import (Candidate, Counts, Plans, check_lowerable, direct_lowering, enumerate_candidates,
                                     with_header_line)
 from axon.search.check import check as check_with_data, plan_rows
 from axon.search.lowering import Lowerer
@@ -254,14 +253,20 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         baseline = direct_lowering(prog.name, pool[vi][0], sizes, tgt, dtype, lowerer)
         baseline.variant, baseline.rewrites = vi, pool[vi][1]
         say(f"the program as written has no kernel ({err}): the baseline is the direct lowering of variant {vi}")
-    cands = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say,
-                                 modes=FUSION_MODES if fusion else ("unfused",))
+    plans = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say,
+                                 modes=FUSION_MODES if fusion else ("unfused",), plans=True)
     base_misfit = baseline.misfit
     if base_misfit:
         counts.reject(f"direct lowering: {base_misfit}")
-    elif not any(c.key == baseline.key for c in cands):
-        cands.append(baseline)
-    if not cands:
+    else:
+        plans.append(baseline)  # emitted already: it joins the plans as it is
+    # cheap first rank (estimated traffic), then the performance model on the most promising;
+    # only what is ranked is emitted (in this order, each distinct kernel once: a kernel reached
+    # through several rewrite chains is timed once, under the first variant reaching it)
+    plans.sort(key=lambda c: c.static_cost)
+    order = _InTurn(plans, Plans(counts))
+    shortlist = order.take(MODEL_SHORTLIST)
+    if not shortlist:
         why = "; ".join(counts.reasons[:3]) or "no tiling fits"
         raise UnsupportedError(f"{prog.name}: no candidate kernel fits {tgt.name}: {why}")
     t_symbolic = time.perf_counter() - t0
@@ -271,24 +276,16 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     shapes = prog.input_shapes(sizes, dtype=dtype)  # timing-only runs need no data
     # one roofline per case, from the program: the same for every candidate and the baseline
     roofline = program_roofline(prog.graph, sizes, dtype, tgt.peaks(dtype))
-    # cheap first rank (estimated traffic), then the performance model on the most promising
-    generated = len(cands)
-    cands.sort(key=lambda c: c.static_cost)
-    # a kernel reached through several rewrite chains is timed once (under the first variant reaching it)
-    bodies: set = set()
-    cands = _by_fusion_in_turn([c for c in cands if not (c.body_key in bodies or bodies.add(c.body_key))])
-    shortlist = cands[:MODEL_SHORTLIST]
     if not base_misfit and not any(c.key == baseline.key for c in shortlist):
         shortlist.append(baseline)
-    say(f"ranking {len(shortlist)} of {len(cands)} candidates with the performance model (timing-only simulation, "
-        "long loops sampled)")
+    say(f"ranking {len(shortlist)} of {counts.planned} candidates with the performance model (timing-only "
+        "simulation, long loops sampled; each emitted when ranked)")
     executor = executor or make_executor()
     ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, executor=executor)
     spent = sum(t.work for _, t in ranked) / WORK_PER_S  # in budget seconds: the same on any machine
-    rest = [c for c in cands[MODEL_SHORTLIST:] if c.key != baseline.key]
-    if rest and spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
-        say(f"ranking up to {len(rest)} more candidates while it stays cheap (up to {EXTRA_RANK_S - spent:.0f} "
-            "budget seconds)")
+    if spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
+        say(f"ranking more candidates while it stays cheap (up to {EXTRA_RANK_S - spent:.0f} budget seconds)")
+        rest = (c for taken in iter(lambda: order.take(1), []) for c in taken if c.key != baseline.key)
         ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, executor=executor),
                         key=lambda ct: ct[1].latency_ns)
     timed = {c.key: t for c, t in ranked}
@@ -347,7 +344,7 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         tiling=cand.tiling(), fusion=cand.fusion, baseline_latency_ns=base_t.latency_ns,
         baseline_note=(f"does not fit {tgt.name}: {base_misfit}" if base_misfit else
                        f"failed in the simulator: {base_t.error}" if base_t.error else ""),
-        candidates={"generated": generated, "distinct_kernels": len(cands),
+        candidates={"generated": counts.planned, "emitted": counts.emitted, "distinct_kernels": counts.generated,
                     "rejected_by_constraints": counts.rejected_by_constraints,
                     "unsupported": counts.unsupported, "failed_simulation": len(failed_sim),
                     "failed_numerics": failed_numerics, "evaluated": len(ranked), "checked": checked,
@@ -469,20 +466,36 @@ def write_launcher(tgt, kernel_path: Path, entry: str, shapes: dict, dtype: str,
         launcher_path(kernel_path).write_text(tgt.launcher(kernel_path.stem, entry, shapes, dtype, pipeline))
 
 
-def _by_fusion_in_turn(cands: list) -> list:
+class _InTurn:
     """Candidates in static-cost order within each fusion mode of each program variant (and walk
     and row layout), those taking turns: the static estimate counts traffic, not compute, so it orders kernels of one
     pass structure of one program but not across them (gqa at Llama-3-70B: split passes that move
     less but compute no faster filled the ranking budget before any fused one was timed; gqa at
     its quick case: the rewrite that divides after the second matmul, on d columns instead of t,
-    computes less but moves the same)."""
-    modes: dict = {}
-    for c in cands:  # an online-softmax walk (tiling.online) is a pass structure of its own, and
-        # heads folded into the rows a row tile of its own (the same bytes, more lanes busy)
-        online = any(p.tiling.kv_chunk for p in c.passes)
-        modes.setdefault((c.fusion, c.variant, online, c.options.fold), []).append(c)
-    turns = itertools.zip_longest(*modes.values())
-    return [c for turn in turns for c in turn if c is not None]
+    computes less but moves the same). `plans` (in static-cost order) are emitted as they are
+    taken; one that gives no new kernel passes its turn to its mode's next."""
+
+    def __init__(self, plans: list, emitter: Plans):
+        modes: dict = {}
+        for c in plans:  # an online-softmax walk (tiling.online) is a pass structure of its own, and
+            # heads folded into the rows a row tile of its own (the same bytes, more lanes busy)
+            online = any(p.tiling.kv_chunk for p in c.passes)
+            modes.setdefault((c.fusion, c.variant, online, c.options.fold), []).append(c)
+        self.queues = [iter(q) for q in modes.values()]
+        self.emitter, self.turn = emitter, 0  # turn: the queue whose turn it is
+
+    def take(self, k: int) -> list:
+        """The next k candidates (fewer when the plans run out)."""
+        out = []
+        while len(out) < k and self.queues:
+            self.turn %= len(self.queues)
+            c = next((e for e in map(self.emitter.emit, self.queues[self.turn]) if e is not None), None)
+            if c is None:  # this mode has no more: the next one moves into its turn
+                del self.queues[self.turn]
+                continue
+            out.append(c)
+            self.turn += 1
+        return out
 
 
 class _FullTimings:

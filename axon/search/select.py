@@ -67,8 +67,8 @@ class _Timings:
     ahead of the one taken (cached ones are read, not run). Outcomes are used in order only, so the
     executor never changes what is decided."""
 
-    def __init__(self, target, sources: list, inputs: dict, cache: ResultCache, executor):
-        self.target, self.sources, self.inputs, self.cache = target, sources, inputs, cache
+    def __init__(self, target, candidates: "_Pulled", inputs: dict, cache: ResultCache, executor):
+        self.target, self.candidates, self.inputs, self.cache = target, candidates, inputs, cache
         self.executor = executor
         self.started: dict = {}  # index -> (key, Timing) for a cached one, (key, pending run) for a fresh one
         self.next = 0
@@ -100,8 +100,8 @@ class _Timings:
         self.next = max(self.next, i)
         in_flight = sum(not isinstance(got, Timing) for _, got in self.started.values())
         ahead = self.executor.workers > 1  # one worker: nothing is started before it is taken
-        while self.next < len(self.sources) and (self.next <= i or (ahead and in_flight < self.executor.workers)):
-            source = self.sources[self.next]
+        while (self.next <= i or (ahead and in_flight < self.executor.workers)) and self.candidates.reaches(self.next):
+            source = self.candidates.items[self.next].source
             key = timing_key(self.cache, self.target, source, self.inputs)
             hit = _valid_timing(self.cache.get(key))
             if hit is None:
@@ -109,6 +109,23 @@ class _Timings:
                 in_flight += 1
             self.started[self.next] = (key, hit)
             self.next += 1
+
+
+class _Pulled:
+    """Candidates from a list or an iterator (emitted as they are pulled: optimize's plans),
+    pulled as far as ranking has reached."""
+
+    def __init__(self, candidates):
+        self.items, self._rest = [], iter(candidates)
+
+    def reaches(self, i: int) -> bool:
+        """Whether there is an i-th candidate (pulling up to it)."""
+        while len(self.items) <= i:
+            nxt = next(self._rest, None)
+            if nxt is None:
+                return False
+            self.items.append(nxt)
+        return True
 
 
 def _valid_timing(value) -> Optional[Timing]:
@@ -152,21 +169,25 @@ def rank(target, candidates: list, inputs: dict, cache: ResultCache, budget_s: f
     `budget_s` x WORK_PER_S of work is spent (a deterministic budget: see WORK_PER_S), fastest
     first; `executor` (search.executor; default one run at a time) runs them, several at once."""
     budget = budget_s * WORK_PER_S
-    timings = _Timings(target, [c.source for c in candidates], inputs, cache, executor or LocalProcesses(1))
+    of = f" of {len(candidates)}" if isinstance(candidates, list) else ""
+    pulled = _Pulled(candidates)
+    timings = _Timings(target, pulled, inputs, cache, executor or LocalProcesses(1))
     out = []
     spent, longest = 0, 0  # the costliest single run so far: a run that would overshoot is not taken
     try:
-        for i, cand in enumerate(candidates):
+        i = 0
+        while pulled.reaches(i):
             if out and spent + longest > budget:
                 if progress:
-                    progress(f"ranking budget spent after {i} of {len(candidates)} candidates")
+                    progress(f"ranking budget spent after {i}{of} candidates")
                 break
             t = timings.take(i)
-            out.append((cand, t))
+            out.append((pulled.items[i], t))
             spent, longest = spent + t.work, max(longest, t.work)
-            if progress and (i + 1) % 10 == 0:
+            i += 1
+            if progress and i % 10 == 0:
                 best = min(t.latency_ns for _, t in out)
-                progress(f"ranked {i + 1}/{len(candidates)} (best so far {best / 1e3:.1f} us)")
+                progress(f"ranked {i}{of} (best so far {best / 1e3:.1f} us)")
     finally:
         timings.cancel()
     out.sort(key=lambda ct: ct[1].latency_ns)

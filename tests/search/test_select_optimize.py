@@ -208,31 +208,68 @@ def _cand(fusion, variant, cost, kv_chunk=0, fold=0):
                            passes=(SimpleNamespace(tiling=tiling),))
 
 
-def test_ranking_takes_the_fusion_modes_in_turn_each_in_static_order():
-    from axon.search.optimize import _by_fusion_in_turn
+def _in_turn(cands, emit=lambda c: c):
+    from types import SimpleNamespace
 
+    from axon.search.optimize import _InTurn
+
+    return _InTurn(cands, SimpleNamespace(emit=emit))
+
+
+def test_ranking_takes_the_fusion_modes_in_turn_each_in_static_order():
     cands = [_cand(f, 0, c) for f, c in
              [("split", 1), ("split", 2), ("split", 3), ("fused", 4), ("unfused", 5), ("fused", 6)]]
-    got = [(c.fusion, c.static_cost) for c in _by_fusion_in_turn(cands)]
+    got = [(c.fusion, c.static_cost) for c in _in_turn(cands).take(100)]
     assert got == [("split", 1), ("fused", 4), ("unfused", 5), ("split", 2), ("fused", 6), ("split", 3)]
 
 
 def test_ranking_takes_the_program_variants_in_turn_too():
     """A rewrite changes what a kernel computes, which the static traffic estimate does not see:
     a rewritten program's kernels must not wait behind every kernel of the program as written."""
-    from axon.search.optimize import _by_fusion_in_turn
-
     cands = [_cand("fused", v, c) for v, c in [(0, 1), (0, 2), (0, 3), (1, 4), (1, 5)]]
-    got = [(c.variant, c.static_cost) for c in _by_fusion_in_turn(cands)]
+    got = [(c.variant, c.static_cost) for c in _in_turn(cands).take(100)]
     assert got == [(0, 1), (1, 4), (0, 2), (1, 5), (0, 3)]
 
 
 def test_ranking_takes_online_walks_and_folded_heads_in_turn_too():
     """An online-softmax walk and a folded row tile move what the others move (the static estimate
     ties them or puts them behind), but compute differently: each takes its own turns."""
-    from axon.search.optimize import _by_fusion_in_turn
-
     cands = [_cand("fused", 0, 1), _cand("fused", 0, 2), _cand("fused", 0, 3, kv_chunk=2048),
              _cand("fused", 0, 4, kv_chunk=2048, fold=4), _cand("fused", 0, 5)]
-    got = [c.static_cost for c in _by_fusion_in_turn(cands)]
+    got = [c.static_cost for c in _in_turn(cands).take(100)]
     assert got == [1, 3, 4, 2, 5]
+
+
+def test_plans_are_emitted_as_their_turns_come_and_a_dud_passes_its_turn():
+    """Only what ranking takes is emitted, in the order of the turns; a plan that gives no new
+    kernel (a repeat, or one that cannot be emitted) passes its turn to its mode's next; a second
+    take goes on where the first stopped."""
+    cands = [_cand(f, 0, c) for f, c in
+             [("split", 1), ("split", 2), ("split", 3), ("fused", 4), ("fused", 6), ("unfused", 5)]]
+    emitted = []
+    turns = _in_turn(cands, lambda c: emitted.append(c.static_cost) or (None if c.static_cost == 4 else c))
+    assert [c.static_cost for c in turns.take(2)] == [1, 6] and emitted == [1, 4, 6]
+    assert [c.static_cost for c in turns.take(2)] == [5, 2] and emitted == [1, 4, 6, 5, 2]
+    assert [c.static_cost for c in turns.take(100)] == [3]
+
+
+def test_plans_emit_the_kernels_that_eager_enumeration_emits():
+    """Planning and emitting on demand covers the same kernels as emitting every combination at
+    once, and stops a family's lowering alternatives at the first that repeats its fused kernel."""
+    from axon.search.candidates import Counts, Plans, enumerate_candidates
+    from axon.search.lowering import Lowerer
+    from axon.search.optimize import get_target
+    from axon.suite import SUITE
+
+    b = SUITE["rmsnorm_matmul"]
+    sizes, tgt = b.sizes("small"), get_target("trn2")
+    lowerer = Lowerer(tgt)
+    eager = enumerate_candidates("rmsnorm_matmul", [(b.program.graph, ())], sizes, tgt, "bfloat16", lowerer, Counts())
+    counts = Counts()
+    plans = enumerate_candidates("rmsnorm_matmul", [(b.program.graph, ())], sizes, tgt, "bfloat16", lowerer, counts,
+                                 plans=True)
+    assert not any(p.source for p in plans) and counts.planned == len(plans) > len(eager)
+    emitter = Plans(counts)
+    lazy = [c for c in map(emitter.emit, plans) if c is not None]
+    assert {c.key for c in lazy} == {c.key for c in eager} and len(lazy) == len(eager)
+    assert counts.emitted < counts.planned and counts.generated == len(lazy)
