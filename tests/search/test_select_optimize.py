@@ -114,8 +114,9 @@ def test_kernels_are_timed_once(tmp_path, monkeypatch):
                         or real(self, source, inputs, timing_only, keep_schedule, **kw))
     r = optimize("rmsnorm_matmul", "small", out_dir=tmp_path, cache=ResultCache(None))
     c = r.candidates
-    # variants whose rewrites lead to the same kernel body (only the header differs) share a timing
-    assert c["generated"] > c["distinct_kernels"] >= c["evaluated"] >= 1
+    # variants whose rewrites lead to the same kernel body (only the header differs) share a timing;
+    # only what ranking reached was emitted
+    assert c["generated"] > c["emitted"] >= c["distinct_kernels"] >= c["evaluated"] >= 1
     # ranked once (loop-sampled), checked once, and timed once on the full path for its trace and
     # its reported latency: no other simulation of it
     timed = r.winner.source  # the kernel as timed: the written one adds a header line saying how it was checked
