@@ -12,6 +12,7 @@ NAME = "simulate"
 HELP = "simulate an NKI kernel on the CPU and estimate its latency on a NeuronCore"
 
 _ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+_UNREAD_SHOWN = 5  # kernel lines with unread results printed (all are in --json)
 
 
 def add_arguments(parser) -> None:
@@ -140,6 +141,11 @@ def run(args) -> int:
               f"to and from HBM, timed as DMAs")
     if e.uncosted_opcodes:
         print(f"note      default cost for: {', '.join(e.uncosted_opcodes)}")
+    for line, opcode, n in report.unread[:_UNREAD_SHOWN]:
+        print(f"unread    line {line}: {opcode}'s result is never read ({n} instruction{'s' if n > 1 else ''}), "
+              "work the kernel could leave out (timed all the same)")
+    if len(report.unread) > _UNREAD_SHOWN:
+        print(f"unread    and {len(report.unread) - _UNREAD_SHOWN} more lines (--json lists them)")
     if report.reference_ok is not None:
         verdict = "ok" if report.reference_ok else "MISMATCH"
         print(f"reference {verdict} (max abs err {report.max_abs_err:.4g}, "

@@ -487,12 +487,12 @@ def _dependencies(trace: list[Instruction], skip: set[int]) -> tuple[list, list]
         raw: set[int] = set()
         reads = [(r.buffer, _key(r)) for r in ins.reads]
         writes = [(w.buffer, _key(w)) for w in ins.writes]
-        write_keys = [k for _, k in writes] if ins.opcode == "nc_matmul" else ()
+        accumulated = writes if ins.opcode == "nc_matmul" else ()
         for b, k in reads:
             acc = written.get(b)
             if acc is None:
                 continue
-            if k in write_keys:
+            if (b, k) in accumulated:
                 continue  # PSUM accumulation: ordered after the previous matmul by write-after-write
             ws = writer[b]
             for o in acc.overlapping(k):
@@ -697,6 +697,21 @@ def _choose(eng: _Engine, now: float, needs: list, port_free: list, scan: int, l
     for i in held:
         heappush(ready, i)
     return chosen
+
+
+def unread_results(trace: list[Instruction]) -> list[Instruction]:
+    """The instructions whose on-chip results no later instruction reads (a load never used, a
+    copy whose tile is overwritten first): work the kernel could leave out, which the model still
+    times. A matmul is read by the next one accumulating into its region, and a PSUM zeroing a
+    matmul folds (the model drops it) is not listed."""
+    zeroings = _folded_psum_zeroing(trace)
+    preds, raws = _dependencies(trace, zeroings)
+    read = {j for r in raws for j in r}
+    for j, ins in enumerate(trace):
+        if ins.opcode == "nc_matmul":  # an accumulation group is read where its last matmul is
+            read.update(i for i in preds[j] if trace[i].opcode == "nc_matmul")
+    return [ins for i, ins in enumerate(trace) if i not in read and i not in zeroings and ins.writes
+            and all(w.memory is not Memory.HBM for w in ins.writes)]
 
 
 def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule: bool = False,

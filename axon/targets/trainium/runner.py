@@ -26,7 +26,7 @@ from axon.frontend.loading import load_from_file
 from axon.semantics.bounds import Check, Precision, compare, function_tolerance, program_reference, unit_roundoff
 from axon.errors import InputError, KernelError
 from axon.targets.trainium.hardware import get_target
-from axon.targets.trainium.perfmodel import Estimate, estimate, write_perfetto
+from axon.targets.trainium.perfmodel import Estimate, estimate, unread_results, write_perfetto
 from axon.targets.trainium.simulator.sandbox import kernel_label, sandboxed
 
 _DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int8", "uint8",
@@ -252,6 +252,8 @@ class RunReport:
     reload_bytes: int = 0
     spills: int = 0
     reloads: int = 0
+    # (kernel line, opcode, instructions) whose results no later instruction reads (perfmodel.unread_results)
+    unread: tuple = ()
 
     def to_json(self) -> dict:
         e = self.estimate
@@ -286,6 +288,7 @@ class RunReport:
             "reload_bytes": self.reload_bytes,
             "spills": self.spills,
             "reloads": self.reloads,
+            "unread_results": [{"line": line, "opcode": op, "instructions": n} for line, op, n in self.unread],
         }
 
 
@@ -357,4 +360,12 @@ def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool 
                          max_err_over_bound=None if check is None else check.worst_ratio,
                          sbuf_peak_bytes=result.sbuf_peak_bytes, psum_peak_bytes=result.psum_peak_bytes,
                          spill_bytes=result.spill_bytes, reload_bytes=result.reload_bytes,
-                         spills=result.spills, reloads=result.reloads)
+                         spills=result.spills, reloads=result.reloads, unread=_unread(result.trace))
+
+
+def _unread(trace) -> tuple:
+    """(line, opcode, count) of the instructions whose results are never read, by kernel line."""
+    counts: dict = {}
+    for ins in unread_results(trace):
+        counts[ins.line, ins.opcode] = counts.get((ins.line, ins.opcode), 0) + 1
+    return tuple((line, op, n) for (line, op), n in sorted(counts.items()))
