@@ -13,6 +13,7 @@ Invariant: shared stage; Trainium appears only as the default target name.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import sys
@@ -288,6 +289,9 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         rest = (c for taken in iter(lambda: order.take(1), []) for c in taken if c.key != baseline.key)
         ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, executor=executor),
                         key=lambda ct: ct[1].latency_ns)
+    # what emission cost, as of the last candidate ranking took: not what timing runs started
+    # ahead of it pulled (more with more workers), so the report is the same for any executor
+    counts = order.counts_at([c for c in shortlist] + [c for c, _ in ranked])
     timed = {c.key: t for c, t in ranked}
     base_t = (Timing(float("inf"), base_misfit) if base_misfit
               else timed.get(baseline.key) or rank(tgt, [baseline], shapes, cache, budget_s)[0][1])
@@ -483,6 +487,7 @@ class _InTurn:
             modes.setdefault((c.fusion, c.variant, online, c.options.fold), []).append(c)
         self.queues = [iter(q) for q in modes.values()]
         self.emitter, self.turn = emitter, 0  # turn: the queue whose turn it is
+        self.marks: dict = {}  # id of a taken candidate -> (its place, the emitter's counts as it was taken)
 
     def take(self, k: int) -> list:
         """The next k candidates (fewer when the plans run out)."""
@@ -495,7 +500,13 @@ class _InTurn:
                 continue
             out.append(c)
             self.turn += 1
+            counts = getattr(self.emitter, "counts", None)
+            self.marks[id(c)] = (len(self.marks), copy.deepcopy(counts))
         return out
+
+    def counts_at(self, taken: list) -> Counts:
+        """The emitter's counts as they were when the last of `taken` was taken."""
+        return max((self.marks[id(c)] for c in taken if id(c) in self.marks), key=lambda m: m[0])[1]
 
 
 class _FullTimings:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from axon.errors import AxonError
 from axon.search.database import KernelDB, default_dir
@@ -163,11 +163,12 @@ def check_candidate(target, source: str, inputs: dict, expected: tuple, toleranc
     return compare(m.outputs if outputs_of is None else outputs_of(m.outputs), expected, tolerance)
 
 
-def rank(target, candidates: list, inputs: dict, cache: ResultCache, budget_s: float,
+def rank(target, candidates: Iterable, inputs: dict, cache: ResultCache, budget_s: float,
          progress: Optional[Callable[[str], None]] = None, executor=None) -> list[tuple[object, Timing]]:
     """Timing-only runs of the candidates, loop-sampled (sampled_timing.py), in order, until
     `budget_s` x WORK_PER_S of work is spent (a deterministic budget: see WORK_PER_S), fastest
-    first; `executor` (search.executor; default one run at a time) runs them, several at once."""
+    first; `executor` (search.executor; default one run at a time) runs them, several at once.
+    `candidates` may be an iterator (each pulled when ranking, or a run started ahead, needs it)."""
     budget = budget_s * WORK_PER_S
     of = f" of {len(candidates)}" if isinstance(candidates, list) else ""
     pulled = _Pulled(candidates)
