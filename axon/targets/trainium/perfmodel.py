@@ -45,6 +45,12 @@ Modelling decisions (numbers live in hardware.py, with their sources):
   exactly that region is served from SBUF (scheduled after the first load, no transfer) when its
   load statement's resident copies fit in `scheduler.hoist_sbuf_fraction` of SBUF: the compiler's
   loop-invariant code motion (shared/fidelity.md: "hoists loop-invariant loads").
+- Repeated computations: a matmul, transpose, copy or tensor_tensor that repeats an earlier one
+  of the same statement on operands holding the same values, all of them the kernel's inputs or
+  what such computations made of them (value numbering over the trace), is served from the first
+  (scheduled after it, no engine time): the compiler computes a loop-invariant value once
+  (NKIBench lora reads its input once although its loads and transposes repeat per outer
+  iteration). Its loads stay charged (the reloads of the kept value).
 - Launch: `hw.launch_ns` (NEFF start/teardown, fitted) is reported as `launch_ns` and in
   `end_to_end_ns` (what neuron-profile's total_time measures), not in `latency_ns`.
 - Kernel bound: max(TensorE time at peak rate for the matmul FLOPs in the trace, compulsory HBM
@@ -85,7 +91,7 @@ from axon.targets.trainium.hardware import (
     HardwareDescription,
     matmul_rate_class,
 )
-from axon.targets.trainium.trace import Engine, Instruction, Memory, cyclic_gc_paused, rows_overlap
+from axon.targets.trainium.trace import Engine, Instruction, Memory, Region, cyclic_gc_paused, rows_overlap
 
 COMPUTE_ENGINES = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
 _HALF = ("bfloat16", "float16")
@@ -122,6 +128,7 @@ class Estimate:
     folded: int  # PSUM zeroings folded into the matmul that follows them
     fused: int = 0  # reductions compiled into the activation before them (activation_reduce)
     hoisted: int = 0  # repeated loop-invariant loads served from SBUF (scheduled, no transfer)
+    recomputed: int = 0  # repeated computations served by their first (scheduled, no engine time)
     uncosted_opcodes: tuple[str, ...] = ()
     schedule: Schedule | None = field(default=None, repr=False)
     # Fixed NEFF launch cost (hw.launch_ns): in what a hardware timer of the whole run measures
@@ -410,6 +417,102 @@ def _hoisted_loads(trace: list[Instruction], skip: set[int], hw: HardwareDescrip
         for k in keys:
             for i in repeats[k]:
                 out[i] = first[k]
+    return out
+
+
+# Compute instructions whose result is fixed by the opcode, the statement, the operands' values and
+# the layout: an instruction whose immediates the trace does not record (activation's scale and
+# bias, tensor_scalar's operands, memset's value, a scan's initial value) is never taken as a repeat.
+_RECOMPUTABLE = frozenset(("nc_matmul", "nc_transpose", "tensor_copy", "tensor_tensor"))
+_NOT_SEMANTIC = frozenset(("loops", "space_after"))
+
+
+def _shape(r: Region) -> tuple:
+    """A region's layout without its position: what two copies of one value share."""
+    return (r.memory, r.p_stop - r.p_start, r.b_stop - r.b_start, r.row_stride, r.rows, r.row_bytes)
+
+
+def _repeated_computations(trace: list[Instruction], skip: set[int]) -> dict[int, int]:
+    """Computations on the kernel's inputs that repeat an earlier one exactly: the same statement
+    (kernel line) and opcode on operands holding the same values, where every operand is an input
+    region or what such computations made of it. Value numbering over the trace: a transfer gives
+    its destination the value of its source (an input region read from HBM: that region), a
+    region keeps the value of its last write until an overlapping write, and a slice of a value is
+    that value, where and how it is sliced. The compiler computes such a value once and keeps it
+    (NKIBench lora reads its input once although its loads and TensorE transposes repeat in each
+    of 12 outer iterations: shared/fidelity.md's HBM-read column); the repeat is served from the
+    first (scheduled after it, no engine time). What is computed from other values is not
+    deduplicated (add_rmsnorm_matmul's profile shows ScalarE evacuating every transpose of its
+    normalised rows, repeated per column block). Returns {repeat: first}."""
+    written_hbm = {w.buffer for ins in trace for w in ins.writes if w.memory is Memory.HBM}
+    regions: dict[int, _Accesses] = {}
+    values: dict[int, dict] = {}  # buffer -> region key -> value number
+    number: dict[tuple, int] = {}  # what an input-derived value is -> its number (>= 0), hash-consed
+    others = iter(range(-1, -(1 << 62), -1))  # numbers of every other value: each its own
+    first: dict[tuple, int] = {}
+    out: dict[int, int] = {}
+
+    def derived(what: tuple) -> int:
+        return number.setdefault(what, len(number))
+
+    def value_of(r: Region) -> int | None:
+        k = _key(r)
+        vals = values.get(r.buffer)
+        if vals is None:
+            return derived(("input", r.buffer, k)) if r.memory is Memory.HBM and r.buffer not in written_hbm else None
+        v = vals.get(k)
+        if v is not None:
+            return v
+        # a part of one value (a slice of a loaded tile): that value, where, and the part's layout
+        over = regions[r.buffer].overlapping(k)
+        if len(over) != 1 or k[5] > 1 or over[0][5] > 1:
+            return None
+        o = over[0]
+        whole = vals.get(o, -1)
+        if whole < 0 or not (o[0] <= k[0] and k[1] <= o[1] and o[2] <= k[2] and k[3] <= o[3]):
+            return None
+        return derived(("part", whole, k[0] - o[0], k[2] - o[2], _shape(r)))
+
+    def write(r: Region, v: int) -> None:
+        k = _key(r)
+        acc = regions.get(r.buffer)
+        if acc is None:
+            acc, values[r.buffer] = regions.setdefault(r.buffer, _Accesses()), {}
+        vals = values[r.buffer]
+        for o in acc.overlapping(k):
+            vals.pop(o, None)
+        acc.add(k)
+        vals[k] = v
+
+    for i, ins in enumerate(trace):
+        if i in skip:
+            continue
+        operands = [value_of(r) for r in ins.reads]
+        of_inputs = bool(operands) and all(v is not None and v >= 0 for v in operands)
+        if ins.engine is Engine.DMA:
+            copied = len(ins.reads) == 1 and len(ins.writes) == 1 and of_inputs
+            for w in ins.writes:
+                write(w, derived(("dma", operands[0], _shape(w))) if copied else next(others))
+            continue
+        sig = None
+        if ins.opcode in _RECOMPUTABLE and of_inputs and not ins.extra.get("broadcast"):
+            extra = tuple(sorted((k, v) for k, v in ins.extra.items() if k not in _NOT_SEMANTIC))
+            sig = (ins.line, ins.opcode, ins.engine, ins.partitions, ins.free_elems, ins.dtype, extra,
+                   tuple(zip(operands, map(_shape, ins.reads))), tuple(map(_shape, ins.writes)))
+            try:
+                hash(sig)
+            except TypeError:  # an unhashable fact in `extra`: never taken for a repeat
+                sig = None
+        if sig is None:
+            for w in ins.writes:
+                write(w, next(others))
+            continue
+        if sig in first:
+            out[i] = first[sig]
+        else:
+            first[sig] = i
+        for n, w in enumerate(ins.writes):
+            write(w, derived(("made", sig, n)))
     return out
 
 
@@ -764,6 +867,9 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     for i, users in space.items():  # SBUF space taken over from its previous owner
         if i not in folded:
             preds[i] = preds[i] + tuple(j for j in users if j not in folded and j not in preds[i])
+    repeated = _repeated_computations(trace, folded)
+    for i, j in repeated.items():  # the value is the first computation's: ready when it is
+        preds[i] = (j,)
     n = len(trace)
     waiting = [len(p) for p in preds]  # unfinished predecessors
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -775,7 +881,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     port_free = [0.0] * len(hw.access.shared_ports)
     needs: list = [()] * n
     for i, ins in enumerate(trace):
-        if i in folded or ins.engine is Engine.DMA:
+        if i in folded or ins.engine is Engine.DMA or i in repeated:
             continue
         engines[ins.engine].add(i, ins.extra.get("loops", ()))
         needs[i] = tuple(q for q, (mem, users) in enumerate(hw.access.shared_ports)
@@ -829,6 +935,8 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         ready_at[i] = t
         if i in hoisted:
             finish(i, t, t, n_tracks)  # no transfer: the data is resident since the first load
+        elif i in repeated:
+            finish(i, t, t, COMPUTE_ENGINES.index(trace[i].engine))  # computed once, by its first
         elif trace[i].engine is Engine.DMA:
             heappush(dma_ready, i)
         else:
@@ -897,7 +1005,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         dispatch(now)
 
     for i, ins in enumerate(trace):
-        if i in folded:
+        if i in folded or i in repeated:
             continue
         if ins.opcode == "nc_matmul":
             f = matmul_flops(ins)
@@ -939,6 +1047,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         folded=len(zeroings),
         fused=len(fused),
         hoisted=len(hoisted),
+        recomputed=len(repeated),
         uncosted_opcodes=tuple(sorted(uncosted)),
         schedule=schedule,
         launch_ns=hw.launch_ns,

@@ -106,6 +106,52 @@ def test_reloads_that_do_not_fit_in_sbuf_are_not_hoisted():
     assert report.estimate.hoisted == 0
 
 
+# the same input tile transposed in every iteration (lora's and bmm's pattern in NKIBench), then
+# combined with a tile that differs per iteration; `derived` transposes a computed value instead
+TRANSPOSED_EACH_TIME = """
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+
+@nki.jit
+def transposed_each_time(x, y, derived=False):
+    out = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(y.shape[0]):
+        t = nl.load(x)
+        if derived:
+            t = nisa.activation(op=nl.exp, data=t)
+        tt = nisa.nc_transpose(t)
+        z = nl.load(y[i])
+        s = nisa.tensor_tensor(tt, z, op=nl.add)
+        nl.store(out[i], value=s)
+    return out
+"""
+
+
+def _transposes(derived: bool):
+    res = simulate_source(TRANSPOSED_EACH_TIME, "transposed_each_time",
+                          {"x": ShapeDtype((128, 128), "float32"), "y": ShapeDtype((4, 128, 128), "float32"),
+                           "derived": derived}, target="trn1", timing_only=True)
+    return res.trace, estimate(res.trace, TRN1, keep_schedule=True)
+
+
+def test_a_computation_repeated_on_the_same_input_is_done_once():
+    trace, est = _transposes(derived=False)
+    assert est.recomputed == 3  # the transposes of iterations 2-4; every add differs
+    assert est.instructions == est.scheduled == len(trace)
+    rows = [r for r in est.schedule.rows if r[3] == "nc_transpose"]  # program order
+    assert len(rows) == 4 and rows[0][2] > rows[0][1]
+    assert all(r[1] == r[2] >= rows[0][2] for r in rows[1:])  # served after the first, in no time
+    assert est.engine_busy_ns["tensor"] == pytest.approx(rows[0][2] - rows[0][1])
+
+
+def test_a_repeated_computation_on_computed_values_is_not_deduplicated():
+    _, est = _transposes(derived=True)
+    assert est.recomputed == 0
+    assert len([r for r in est.schedule.rows if r[3] == "nc_transpose" and r[2] > r[1]]) == 4
+
+
 def test_launch_cost_is_reported_apart_from_the_schedule():
     _, est = _sim(ELEMENTWISE, "silu_like", {"x": (256, 512), "b": (1, 512)})
     assert est.launch_ns == TRN1.launch_ns > 0
