@@ -134,6 +134,9 @@ def run(args) -> int:
     print(f"hbm       {_fmt_bytes(e.hbm_bytes)} moved ({_fmt_bytes(e.compulsory_hbm_bytes)} compulsory)")
     print(f"trace     {e.instructions} instructions, {e.scheduled} scheduled ({e.folded} zeroings folded), "
           f"{e.flops:.3g} matmul FLOPs" + (f", timeline in {args.trace}" if args.trace else ""))
+    if e.hoisted or e.recomputed:
+        print(f"reused    {e.hoisted} repeated loads served from SBUF, {e.recomputed} repeated computations on "
+              "the same input values served by their first (the compiler's loop-invariant code motion)")
     if report.spills or report.reloads:
         print(f"spilled   the live tiles exceed on-chip memory (peak {_fmt_bytes(report.sbuf_peak_bytes)} SBUF, "
               f"{_fmt_bytes(report.psum_peak_bytes)} PSUM per partition): {report.spills} spills "

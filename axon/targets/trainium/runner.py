@@ -275,6 +275,8 @@ class RunReport:
             "instructions": e.instructions,
             "scheduled": e.scheduled,
             "folded": e.folded,
+            "hoisted": e.hoisted,
+            "recomputed": e.recomputed,
             "matmul_flops": e.flops,
             "scheduled_matmul_flops": e.scheduled_flops,
             "uncosted_opcodes": list(e.uncosted_opcodes),
