@@ -818,16 +818,20 @@ def unread_results(trace: list[Instruction]) -> list[Instruction]:
 
 
 def estimate(trace: list[Instruction], hw: HardwareDescription, *, keep_schedule: bool = False,
-             cut_loops: dict | None = None, busy_of: Callable[[Instruction], object] | None = None) -> Estimate:
+             cut_loops: dict | None = None, busy_of: Callable[[Instruction], object] | None = None,
+             serve_repeats: bool = True) -> Estimate:
     """The schedule of `trace` on `hw`; `cut_loops` for a loop-sampled trace (sampled_timing.py),
     as `_hoisted_loads` reads it; `busy_of` names the share of busy time an instruction counts
-    towards (`Estimate.busy_by`; None: none)."""
+    towards (`Estimate.busy_by`; None: none). `serve_repeats=False` charges every repeated
+    computation in full (Axon's own kernels: work a kernel issues is work it costs, not work it
+    counts on the compiler to remove)."""
     with cyclic_gc_paused():
-        return _estimate(trace, hw, keep_schedule, cut_loops, busy_of)
+        return _estimate(trace, hw, keep_schedule, cut_loops, busy_of, serve_repeats)
 
 
 def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: bool,
-              cut_loops: dict | None = None, busy_of: Callable | None = None) -> Estimate:
+              cut_loops: dict | None = None, busy_of: Callable | None = None,
+              serve_repeats: bool = True) -> Estimate:
     dma = hw.dma
     lookahead = hw.scheduler.affine_lookahead
     scan = hw.scheduler.candidate_limit
@@ -867,7 +871,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     for i, users in space.items():  # SBUF space taken over from its previous owner
         if i not in folded:
             preds[i] = preds[i] + tuple(j for j in users if j not in folded and j not in preds[i])
-    repeated = _repeated_computations(trace, folded)
+    repeated = _repeated_computations(trace, folded) if serve_repeats else {}
     for i, j in repeated.items():  # the value is the first computation's: ready when it is
         preds[i] = (j,)
     n = len(trace)

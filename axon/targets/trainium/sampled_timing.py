@@ -41,12 +41,13 @@ than sampling saves, the kernel runs whole at once, instead of a sampled run tha
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from axon.targets.trainium.hardware import HardwareDescription
-from axon.targets.trainium.perfmodel import estimate
+from axon.targets.trainium.perfmodel import estimate as estimate_trace
 from axon.targets.trainium.simulator import LoopSampling, simulate
 from axon.targets.trainium.simulator.sampling import MIN_BODY, MIN_TRIP, View
 from axon.targets.trainium.trace import cyclic_gc_paused
@@ -115,17 +116,19 @@ def _work(simulated: float, timed: float) -> int:
     return round(SIMULATE_SHARE * simulated + (1 - SIMULATE_SHARE) * timed)
 
 
-def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = KEEP,
+def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = KEEP, serve_repeats: bool = True,
                     **sim_options) -> SampledLatency:
     """The latency of `kernel` on `inputs` (shapes) as the full timing-only path estimates it,
     from one run that cuts long loops after `keep` iterations (and STEP more, for the longer
-    views); the whole kernel where that would not save much."""
+    views); the whole kernel where that would not save much. `serve_repeats`: as `estimate`'s."""
     with cyclic_gc_paused():  # the views are made between simulation and estimates (trace.py says why)
-        return _sampled_latency(kernel, inputs, hw, keep, sim_options)
+        return _sampled_latency(kernel, inputs, hw, keep, sim_options, serve_repeats)
 
 
-def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, sim_options: dict) -> SampledLatency:
+def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, sim_options: dict,
+                     serve_repeats: bool) -> SampledLatency:
     work = 0
+    estimate = functools.partial(estimate_trace, serve_repeats=serve_repeats)
 
     def whole() -> SampledLatency:
         nonlocal work

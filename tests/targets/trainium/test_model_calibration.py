@@ -144,6 +144,9 @@ def test_a_computation_repeated_on_the_same_input_is_done_once():
     assert len(rows) == 4 and rows[0][2] > rows[0][1]
     assert all(r[1] == r[2] >= rows[0][2] for r in rows[1:])  # served after the first, in no time
     assert est.engine_busy_ns["tensor"] == pytest.approx(rows[0][2] - rows[0][1])
+    # Axon's own kernels get no such credit (the target runs them with serve_repeats=False)
+    charged = estimate(trace, TRN1, serve_repeats=False)
+    assert charged.recomputed == 0 and charged.engine_busy_ns["tensor"] == pytest.approx(4 * est.engine_busy_ns["tensor"])
 
 
 def test_a_repeated_computation_on_computed_values_is_not_deduplicated():
