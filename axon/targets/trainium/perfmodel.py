@@ -485,7 +485,9 @@ def _repeated_computations(trace: list[Instruction], skip: set[int]) -> dict[int
         vals[k] = v
 
     for i, ins in enumerate(trace):
-        if i in skip:
+        if i in skip:  # folded or fused away, but what it writes is not what was there before
+            for w in ins.writes:
+                write(w, next(others))
             continue
         operands = [value_of(r) for r in ins.reads]
         of_inputs = bool(operands) and all(v is not None and v >= 0 for v in operands)
