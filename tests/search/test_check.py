@@ -150,4 +150,7 @@ def test_the_reference_takes_all_checked_rows_at_once_with_the_same_result(direc
     whole, whole_tol = kernel_reference(causal.graph, data, "bfloat16", narrow=frozenset())
     rows = np.r_[0:128, 384:512]
     np.testing.assert_allclose(want[0], whole[0][..., rows, :], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(tol.bounds[0], whole_tol.bounds[0][..., rows, :], rtol=1e-9)
+    # the bounds agree to rounding (values exactly): on one machine (2026-12-07, no AVX-512) 1694 of
+    # 16384 bounds differed by up to 1.6e-7 relative between the window's and the whole program's
+    # arrays, where earlier machines agreed to 1e-9; a row at the wrong position differs by far more
+    np.testing.assert_allclose(tol.bounds[0], whole_tol.bounds[0][..., rows, :], rtol=1e-6)

@@ -50,7 +50,8 @@ Modelling decisions (numbers live in hardware.py, with their sources):
   what such computations made of them (value numbering over the trace), is served from the first
   (scheduled after it, no engine time): the compiler computes a loop-invariant value once
   (NKIBench lora reads its input once although its loads and transposes repeat per outer
-  iteration). Its loads stay charged (the reloads of the kept value).
+  iteration). Its loads stay charged (the reloads of the kept value). Axon's own kernels get no
+  such credit (`serve_repeats=False`).
 - Launch: `hw.launch_ns` (NEFF start/teardown, fitted) is reported as `launch_ns` and in
   `end_to_end_ns` (what neuron-profile's total_time measures), not in `latency_ns`.
 - Kernel bound: max(TensorE time at peak rate for the matmul FLOPs in the trace, compulsory HBM
