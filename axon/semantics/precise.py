@@ -99,29 +99,51 @@ class PreciseAlgebra:
         return a % b
 
 
-def element(graph: Graph, output: int, index: Sequence[int], arrays: Mapping[str, np.ndarray],
-            binding: Mapping[str, int], digits: int = PRECISION_DIGITS) -> tuple[object, object]:
-    """Output `output` of `graph` at `index` as an mpmath number (inputs read exactly), and the
-    largest finite magnitude among the intermediates it was computed from (the scale of its
-    rounding error)."""
-    alg = PreciseAlgebra(binding)
-    memo: dict[tuple, object] = {}
+class Elements:
+    """Elements of graphs on one set of inputs and sizes at `digits` significant digits. Values
+    of operands are kept across the elements asked for: the elements of one row read its sum
+    once. Each value keeps the magnitude of the largest finite value among itself and what it was
+    computed from (as mpmath.mag, a power of two), so an element's rounding scale is its own
+    cone's, whatever was asked before it."""
 
-    def value(node: Node, idx: tuple):
+    def __init__(self, arrays: Mapping[str, np.ndarray], binding: Mapping[str, int],
+                 digits: int = PRECISION_DIGITS):
+        self.arrays, self.digits = arrays, digits
+        self._alg = PreciseAlgebra(binding)
+        self._memo: dict[tuple, tuple] = {}  # (node, index) -> (value, magnitude of its cone)
+        self._cones: list = []  # the cone magnitudes of the values being computed, innermost last
+
+    def at(self, node: Node, index: Sequence[int]) -> tuple[object, object]:
+        """`node` at `index` as an mpmath number (inputs read exactly), and the scale of its
+        rounding error: the largest finite magnitude among the intermediates it was computed
+        from, rounded up to a power of two."""
+        idx = tuple(int(i) for i in index)
+        with mpmath.workdps(self.digits):
+            value = self._value(node, idx)
+            cone = self._memo[(node, idx)][1]
+            return value, (mpmath.ldexp(mpmath.mpf(1), cone) if cone != _NO_MAGNITUDE else mpmath.mpf(0))
+
+    def _value(self, node: Node, idx: tuple):
         key = (node, idx)
-        if key not in memo:
+        hit = self._memo.get(key)
+        if hit is None:
             if node.op is Op.INPUT:
-                memo[key] = mpmath.mpf(float(arrays[node.params.name][idx]))
+                value, cone = mpmath.mpf(float(self.arrays[node.params.name][idx])), _NO_MAGNITUDE
             else:
-                memo[key] = OP_SPECS[node.op].element(
-                    alg, lambda k, i: value(node.inputs[k], tuple(int(j) for j in i)), idx,
+                self._cones.append(_NO_MAGNITUDE)
+                value = OP_SPECS[node.op].element(
+                    self._alg, lambda k, i: self._value(node.inputs[k], tuple(int(j) for j in i)), idx,
                     tuple(i.shape for i in node.inputs), node.params)
-        return memo[key]
+                cone = self._cones.pop()
+            if value and mpmath.isfinite(value):
+                cone = max(cone, mpmath.mag(value))
+            hit = self._memo[key] = (value, cone)
+        if self._cones and hit[1] > self._cones[-1]:
+            self._cones[-1] = hit[1]
+        return hit[0]
 
-    with mpmath.workdps(digits):
-        result = value(graph.outputs[output], tuple(int(i) for i in index))
-        finite = [abs(v) for v in memo.values() if mpmath.isfinite(v)]
-        return result, max(finite, default=mpmath.mpf(0))
+
+_NO_MAGNITUDE = float("-inf")  # the cone of values that are all zero or not finite
 
 
 def agree(a, b, scale) -> bool:
@@ -134,11 +156,11 @@ def agree(a, b, scale) -> bool:
         return abs(a - b) <= max(scale, abs(a), abs(b)) * mpmath.mpf(10) ** (-AGREE_DIGITS)
 
 
-def is_zero(graph: Graph, output: int, index: Sequence[int], arrays: Mapping[str, np.ndarray],
-            binding: Mapping[str, int]) -> bool:
-    """Is the element exactly zero over the reals? A true zero computed with cancellation leaves a
-    residue that shrinks as the precision grows; a tiny genuine value (exp(-800)) stays put."""
-    coarse, _ = element(graph, output, index, arrays, binding)
-    fine, _ = element(graph, output, index, arrays, binding, digits=2 * PRECISION_DIGITS)
+def is_zero(node: Node, index: Sequence[int], coarse: Elements, fine: Elements) -> bool:
+    """Is `node` at `index` exactly zero over the reals (`coarse` and `fine`: the same inputs at
+    PRECISION_DIGITS and twice that)? A true zero computed with cancellation leaves a residue that
+    shrinks as the precision grows; a tiny genuine value (exp(-800)) stays put."""
+    coarse, _ = coarse.at(node, index)
+    fine, _ = fine.at(node, index)
     with mpmath.workdps(2 * PRECISION_DIGITS):
         return fine == 0 or not abs(coarse - fine) <= abs(fine) * mpmath.mpf(10) ** (-AGREE_DIGITS)

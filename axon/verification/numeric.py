@@ -104,10 +104,10 @@ def flagged(a: np.ndarray, b: np.ndarray) -> list[tuple[int, ...]]:
     return [tuple(int(i) for i in np.unravel_index(k, a.shape)) for k in order if bad[k]][:CONFIRM_PER_OUTPUT]
 
 
-def confirmed_difference(a: Graph, b: Graph, k: int, index, arrays, binding) -> Optional[tuple[float, float]]:
+def confirmed_difference(a: Graph, b: Graph, k: int, index, elements: precise.Elements) -> Optional[tuple[float, float]]:
     """The two values of output `k` at `index` if they differ in high precision, else None."""
-    va, scale_a = precise.element(a, k, index, arrays, binding)
-    vb, scale_b = precise.element(b, k, index, arrays, binding)
+    va, scale_a = elements.at(a.outputs[k], index)
+    vb, scale_b = elements.at(b.outputs[k], index)
     if precise.agree(va, vb, max(scale_a, scale_b)):
         return None
     return float(va), float(vb)
@@ -134,8 +134,9 @@ def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[d
         for k, (out_a, out_b) in enumerate(zip(outs_a, outs_b)):
             if out_a.shape != out_b.shape:
                 return {"sizes": dict(binding), "output": k, "shape_a": out_a.shape, "shape_b": out_b.shape}
+            elements = precise.Elements(arrays, binding)  # shared by the elements confirmed on these inputs
             for index in flagged(out_a, out_b):
-                values = confirmed_difference(a, b, k, index, arrays, binding)
+                values = confirmed_difference(a, b, k, index, elements)
                 if values is not None:
                     return {"sizes": dict(binding), "output": k, "index": index, "a": values[0], "b": values[1]}
     return None
@@ -159,18 +160,23 @@ def divisor_nodes(nodes: Iterable[Node]) -> list[Node]:
     return [n.inputs[DIVISOR_OPERANDS[n.op]] for n in nodes if n.op in DIVISOR_OPERANDS]
 
 
-def _zero_somewhere(graph: Graph, divisors: Sequence[Node], inputs, binding, rng, draw) -> Optional[list[np.ndarray]]:
-    """Per divisor, where it is zero on one draw of inputs, confirmed in high precision (float64
-    underflows exp(-800) to zero; the reals do not)."""
-    arrays = {n.params.name: draw(rng, bind_shape(n.shape, binding)) for n in inputs}
-    env = evaluate_nodes(graph, arrays, binding)
-    masks = []
-    for k, d in enumerate(divisors):
-        mask = np.zeros(env[d].shape, dtype=bool)
-        for index in map(tuple, np.argwhere(np.abs(env[d]) <= ZERO)[:CONFIRM_PER_OUTPUT]):
-            mask[index] = precise.is_zero(graph, k, index, arrays, binding)
-        masks.append(mask)
-    return masks if any(m.any() for m in masks) else None
+def _vanishes(graph: Graph, divisors: Sequence[Node], inputs, binding, rng) -> bool:
+    """Is some divisor zero at one element for every draw of DRAWS, over the reals? float64
+    narrows the elements first (below ZERO on every draw); only those are confirmed in high
+    precision (float64 underflows exp(-800) to zero; the reals do not), the cheap test first:
+    high precision costs milliseconds per element where a divisor holds a matmul."""
+    draws, near = [], None
+    for draw in DRAWS:
+        arrays = {n.params.name: draw(rng, bind_shape(n.shape, binding)) for n in inputs}
+        env = evaluate_nodes(graph, arrays, binding)
+        masks = [np.abs(env[d]) <= ZERO for d in divisors]
+        near = masks if near is None else [z & m for z, m in zip(near, masks)]
+        if not any(z.any() for z in near):
+            return False
+        fine = precise.Elements(arrays, binding, 2 * precise.PRECISION_DIGITS)
+        draws.append((precise.Elements(arrays, binding), fine))
+    return any(all(precise.is_zero(d, index, coarse, fine) for coarse, fine in draws)
+               for d, z in zip(divisors, near) for index in map(tuple, np.argwhere(z)[:CONFIRM_PER_OUTPUT]))
 
 
 def domain_failures(a: Graph, b: Graph, constraints, seed: int) -> tuple[list[dict], list[dict]]:
@@ -184,14 +190,4 @@ def domain_failures(a: Graph, b: Graph, constraints, seed: int) -> tuple[list[di
     graph = Graph(tuple(inputs), tuple(divisors))
     rng = np.random.default_rng(seed + 7)
     small = grid(node_dims(nodes), nodes, constraints)
-    failing = []
-    for binding in small:
-        zero = None
-        for draw in DRAWS:
-            masks = _zero_somewhere(graph, divisors, inputs, binding, rng, draw)
-            zero = masks if zero is None or masks is None else [z & m for z, m in zip(zero, masks)]
-            if zero is None or not any(z.any() for z in zero):
-                break
-        else:
-            failing.append(binding)
-    return small, failing
+    return small, [binding for binding in small if _vanishes(graph, divisors, inputs, binding, rng)]
