@@ -112,6 +112,14 @@ class Elements:
         self._alg = PreciseAlgebra(binding)
         self._memo: dict[tuple, tuple] = {}  # (node, index) -> (value, magnitude of its cone)
         self._cones: list = []  # the cone magnitudes of the values being computed, innermost last
+        self._finer = None
+
+    @property
+    def finer(self) -> "Elements":
+        """The same inputs at twice the digits (kept: its values serve every element asked)."""
+        if self._finer is None:
+            self._finer = Elements(self.arrays, self._alg.binding, 2 * self.digits)
+        return self._finer
 
     def at(self, node: Node, index: Sequence[int]) -> tuple[object, object]:
         """`node` at `index` as an mpmath number (inputs read exactly), and the scale of its
@@ -156,11 +164,34 @@ def agree(a, b, scale) -> bool:
         return abs(a - b) <= max(scale, abs(a), abs(b)) * mpmath.mpf(10) ** (-AGREE_DIGITS)
 
 
-def is_zero(node: Node, index: Sequence[int], coarse: Elements, fine: Elements) -> bool:
-    """Is `node` at `index` exactly zero over the reals (`coarse` and `fine`: the same inputs at
-    PRECISION_DIGITS and twice that)? A true zero computed with cancellation leaves a residue that
-    shrinks as the precision grows; a tiny genuine value (exp(-800)) stays put."""
-    coarse, _ = coarse.at(node, index)
-    fine, _ = fine.at(node, index)
-    with mpmath.workdps(2 * PRECISION_DIGITS):
-        return fine == 0 or not abs(coarse - fine) <= abs(fine) * mpmath.mpf(10) ** (-AGREE_DIGITS)
+def gap(a, b):
+    """|a - b|, infinite where they differ in kind (a NaN or an infinity against anything else)."""
+    with mpmath.workdps(PRECISION_DIGITS):
+        if mpmath.isnan(a) or mpmath.isnan(b):
+            return mpmath.mpf(0) if mpmath.isnan(a) and mpmath.isnan(b) else mpmath.inf
+        if mpmath.isinf(a) or mpmath.isinf(b):
+            return mpmath.mpf(0) if a == b else mpmath.inf
+        return abs(a - b)
+
+
+def finite(x) -> bool:
+    return bool(mpmath.isfinite(x))
+
+
+def shrank(coarse, fine) -> bool:
+    """Did a gap between two values shrink by AGREE_DIGITS orders or more as the digits grew?"""
+    with mpmath.workdps(PRECISION_DIGITS):
+        return mpmath.isfinite(fine) and (not mpmath.isfinite(coarse)
+                                          or fine <= coarse * mpmath.mpf(10) ** (-AGREE_DIGITS))
+
+
+def is_zero(node: Node, index: Sequence[int], elements: Elements) -> bool:
+    """Is `node` at `index` exactly zero over the reals? Computed at `elements`' digits and twice
+    that: a true zero computed with cancellation leaves a residue that shrinks as the precision
+    grows; a genuine tiny value (exp(-800)) stays put, and one absorbed at the lower precision
+    ((exp(-400) + 1e12) - 1e12 is 0 at 100 digits) grows. Absorption beyond the higher precision
+    is not seen."""
+    coarse, _ = elements.at(node, index)
+    fine, _ = elements.finer.at(node, index)
+    with mpmath.workdps(elements.finer.digits):
+        return fine == 0 or abs(fine) <= abs(coarse) * mpmath.mpf(10) ** (-AGREE_DIGITS)

@@ -29,6 +29,7 @@ from axon.semantics.sizes import Size, bind_shape
 
 SCREEN_ULPS = 64      # float64 flags |a - b| > SCREEN_ULPS * eps * (|a| + |b|) for a precise recheck
 CONFIRM_PER_OUTPUT = 16  # flagged elements rechecked in high precision per output and binding
+RUNGS = 4             # a difference is confirmed at up to 4 precisions: PRECISION_DIGITS, 2x, 4x, 8x
 MAX_ELEMENTS = 4096   # per input tensor: keeps one trial to milliseconds
 GRID = (1, 2, 3, 4)   # the sizes `domain_failures` tries along each dimension (1, 2, 3 past 2 dims)
 ZERO = 1e-9           # |divisor| below this at one element on every draw of DRAWS: zero for every input
@@ -105,12 +106,22 @@ def flagged(a: np.ndarray, b: np.ndarray) -> list[tuple[int, ...]]:
 
 
 def confirmed_difference(a: Graph, b: Graph, k: int, index, elements: precise.Elements) -> Optional[tuple[float, float]]:
-    """The two values of output `k` at `index` if they differ in high precision, else None."""
-    va, scale_a = elements.at(a.outputs[k], index)
-    vb, scale_b = elements.at(b.outputs[k], index)
-    if precise.agree(va, vb, max(scale_a, scale_b)):
-        return None
-    return float(va), float(vb)
+    """The two values of output `k` at `index` if they differ in high precision, else None. A
+    difference must stay as the digits double (up to RUNGS times): one that shrinks by
+    AGREE_DIGITS orders was the lower precision's, a tiny term absorbed by a large one
+    ((exp(-400) + 1e12) - 1e12 is 0 at 100 digits, and a log of it -inf); an infinite gap is
+    judged at the first precision where it is finite, or stays."""
+    at, before = elements, None
+    for rung in range(RUNGS):
+        va, scale_a = at.at(a.outputs[k], index)
+        vb, scale_b = at.at(b.outputs[k], index)
+        if precise.agree(va, vb, max(scale_a, scale_b)):
+            return None
+        gap = precise.gap(va, vb)
+        if before is not None and (precise.finite(before) or rung == RUNGS - 1):
+            return None if precise.shrank(before, gap) else (float(va), float(vb))
+        at, before = at.finer, gap
+    return None
 
 
 def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[dict]] = None,
@@ -173,9 +184,8 @@ def _vanishes(graph: Graph, divisors: Sequence[Node], inputs, binding, rng) -> b
         near = masks if near is None else [z & m for z, m in zip(near, masks)]
         if not any(z.any() for z in near):
             return False
-        fine = precise.Elements(arrays, binding, 2 * precise.PRECISION_DIGITS)
-        draws.append((precise.Elements(arrays, binding), fine))
-    return any(all(precise.is_zero(d, index, coarse, fine) for coarse, fine in draws)
+        draws.append(precise.Elements(arrays, binding))
+    return any(all(precise.is_zero(d, index, elements) for elements in draws)
                for d, z in zip(divisors, near) for index in map(tuple, np.argwhere(z)[:CONFIRM_PER_OUTPUT]))
 
 

@@ -31,10 +31,19 @@ def test_a_zero_is_told_from_an_underflow():
 
     x = np.zeros((1, 2))
     out = shifted.graph.outputs[0]
-    coarse = precise.Elements({"x": x}, {"m": 1, "k": 2})
-    fine = precise.Elements({"x": x}, {"m": 1, "k": 2}, 2 * precise.PRECISION_DIGITS)
-    assert precise.is_zero(out, (0, 1), coarse, fine)
+    elements = precise.Elements({"x": x}, {"m": 1, "k": 2})
+    assert precise.is_zero(out, (0, 1), elements)
     tiny = shifted.graph.outputs[0].inputs[0]  # exp(x - 800): 1e-348, below float64, not zero
-    assert not precise.is_zero(tiny, (0, 0), coarse, fine)
+    assert not precise.is_zero(tiny, (0, 0), elements)
     with mpmath.workdps(30):
-        assert coarse.at(tiny, (0, 0))[0] > 0
+        assert elements.at(tiny, (0, 0))[0] > 0
+
+
+def test_a_value_absorbed_at_the_lower_precision_is_not_zero():
+    @axon.program(x=("m", "k"))
+    def absorbed(x):
+        return (axon.exp(x - 400.0) + 1e12) - 1e12  # 1e-174: 0 at 100 digits, itself at 200
+
+    elements = precise.Elements({"x": np.zeros((1, 1))}, {"m": 1, "k": 1})
+    assert elements.at(absorbed.graph.outputs[0], (0, 0))[0] == 0
+    assert not precise.is_zero(absorbed.graph.outputs[0], (0, 0), elements)

@@ -222,6 +222,17 @@ def softmax_800_shifted(x):
 
 
 @axon.program(x=("m", "k"))
+def log_of_absorbed(x):
+    # exp(x - 400) ~ 1e-174 vanishes into 1e12 at 100 digits (log(0) = -inf there), not at 200
+    return axon.log((axon.exp(x - 400.0) + 1e12) - 1e12) + 400.0
+
+
+@axon.program(x=("m", "k"))
+def log_of_absorbed_off_by_one(x):
+    return axon.log((axon.exp(x - 400.0) + 1e12) - 1e12) + 401.0
+
+
+@axon.program(x=("m", "k"))
 def times_1e12(x):
     return x * 1e12
 
@@ -237,12 +248,13 @@ def plus_1e_12(x):
 
 
 @pytest.mark.parametrize("f, g", [(through_1e10, ident), (exp_shifted, exp_plain),
-                                  (softmax_800, softmax_800_shifted)])
+                                  (softmax_800, softmax_800_shifted), (log_of_absorbed, ident)])
 def test_rounding_is_not_a_counterexample(f, g):
     assert verdict(f, g).status is Status.PROVED
 
 
-@pytest.mark.parametrize("f, g", [(times_1e12, times_1e12_plus_1), (plus_1e_12, ident)])
+@pytest.mark.parametrize("f, g", [(times_1e12, times_1e12_plus_1), (plus_1e_12, ident),
+                                  (log_of_absorbed_off_by_one, ident)])
 def test_small_exact_differences_are_refuted(f, g):
     v = verdict(f, g)
     assert v.status is Status.REFUTED and v.counterexample["a"] != v.counterexample["b"]
