@@ -63,6 +63,7 @@ import numpy as np
 
 from axon.heap import reusing_freed_memory
 from axon.ir import Graph, Node, positional
+from axon.semantics import batch
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import OP_SPECS, OpKind, Op, concrete_params
 from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
@@ -472,21 +473,20 @@ REFERENCE_ELEMENTS = 1 << 23
 
 
 def _batch_axis(graph: Graph, arrays, binding) -> Optional[tuple[str, set]]:
-    """(symbol, inputs sliced along it) when every output's axis 0 is one batch symbol that each
-    input either shares on its axis 0 or lacks (size 1 or fewer axes); else None."""
-    ranks = {o.rank for o in graph.outputs}
-    if len(ranks) != 1 or min(ranks) < 3:
+    """(symbol, inputs sliced along it) when every output's axis 0 is one symbol that every
+    operator keeps as a batch axis (axon.semantics.batch: a reduction over it, say, would see only
+    its slice); else None. Programs of rank 2 stay whole: a slice of rows would read all of a
+    weight again."""
+    if min(o.rank for o in graph.outputs) < 3:
         return None
     syms = {o.shape[0].as_symbol() for o in graph.outputs}
     dim = syms.pop() if len(syms) == 1 else None
     if dim is None or binding.get(dim, 1) <= 1:
         return None
-    sliced = set()
-    for n in graph.inputs:
-        if n.rank == min(ranks) and n.shape[0].as_symbol() == dim:
-            sliced.add(n.params.name)
-        elif n.rank == min(ranks) and n.shape[0].evaluate_int(binding) != 1:
-            return None
+    where = batch.positions(graph, dim)
+    if where is None or any(where[o] != 0 for o in graph.outputs):
+        return None
+    sliced = {n.params.name for n in graph.inputs if where.get(n) == 0}
     return (dim, sliced) if sliced and all(k in arrays for k in sliced) else None
 
 

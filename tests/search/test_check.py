@@ -124,6 +124,33 @@ def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bo
     assert bounds._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
 
 
+@pytest.mark.parametrize("mixing", ["sum over it", "max over it", "cumsum over it", "contracted",
+                                    "sliced", "its size", "moved by a reshape"])
+def test_a_program_that_mixes_its_leading_axis_is_not_evaluated_in_slices_of_it(mixing, monkeypatch):
+    import axon
+    import axon.semantics.bounds as bounds
+
+    body = {"sum over it": lambda x, w: x - x.sum(axis=0, keepdims=True),
+            "max over it": lambda x, w: x.max(axis=0, keepdims=True) * x,
+            "cumsum over it": lambda x, w: x.cumsum(axis=0),
+            "contracted": lambda x, w: (x.transpose(2, 1, 0) @ w).transpose(2, 1, 0),
+            "sliced": lambda x, w: axon.concatenate([x[1:], x[:1]], axis=0),
+            "its size": lambda x, w: x * x.shape[0],
+            "moved by a reshape": lambda x, w: x.reshape(x.shape[1], x.shape[0], x.shape[2])}[mixing]
+
+    @axon.program(x=("b", "m", "n"), w=("b", "b"))
+    def program(x, w):
+        return body(x, w)
+
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((4, 8, 16)), "w": rng.standard_normal((4, 4))}
+    sizes = {"b": 4, "m": 8, "n": 16}
+    want = program(**data)
+    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", 8 * 16)  # one b at a time, were it a batch axis
+    got, _ = kernel_reference(program.graph, data, "float32", None, sizes)
+    np.testing.assert_allclose(got[0], want, rtol=1e-12, atol=1e-12)
+
+
 def test_the_reference_takes_all_checked_rows_at_once_with_the_same_result(direct, monkeypatch):
     import axon.search.check as check_module
 

@@ -1,0 +1,97 @@
+"""Batch axes: a dimension along which a program is many independent programs.
+
+A program can be evaluated in slices of a dimension only when every operator maps each index of
+that dimension to the same index of what it reads: element-wise operators (broadcasting aligned
+right), reductions, scans and concatenations along other axes, a matmul's batch, row or column
+axis, transposes. A reduction, scan, concatenation, slice or contraction over it mixes the
+slices; so do a reshape that moves it and a size or index vector that depends on it (a mean's
+divisor, an arange). `positions` says, per value, which axis carries the batch index.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from axon.ir import Graph, Node, toposort
+from axon.semantics.ops import OP_SPECS, Op, OpKind
+from axon.semantics.sizes import Size
+
+
+class _Mixed(Exception):
+    """An operator reads other batch indices than the one it computes."""
+
+
+def positions(graph: Graph, dim: str) -> Optional[dict[Node, Optional[int]]]:
+    """Per node, the axis holding the index of `dim` (None: the value does not vary along it), or
+    None when some operator mixes the indices of `dim` (module docstring)."""
+    where: dict[Node, Optional[int]] = {}
+    try:
+        for node in toposort(graph.outputs):
+            where[node] = _position(node, [where[i] for i in node.inputs], dim)
+    except _Mixed:
+        return None
+    return where
+
+
+def _mentions(size, dim: str) -> bool:
+    return isinstance(size, Size) and dim in size.symbols
+
+
+def _position(n: Node, ins: list, dim: str) -> Optional[int]:
+    op, p = n.op, n.params
+    kind = OP_SPECS[op].kind if op in OP_SPECS else None
+    if op is Op.INPUT:
+        axes = [i for i, d in enumerate(n.shape) if _mentions(d, dim)]
+        if axes and (axes != [0] or n.shape[0].as_symbol() != dim):
+            raise _Mixed  # only an input's axis 0 is sliced
+        return 0 if axes else None
+    if op is Op.CONST or op is Op.IOTA:
+        if _mentions(p.value if op is Op.CONST else p.size, dim):
+            raise _Mixed
+        return None
+    if kind is OpKind.ELEMENTWISE or op is Op.CONCAT:
+        aligned = {at + n.rank - x.rank for at, x in zip(ins, n.inputs) if at is not None}
+        if len(aligned) > 1 or (op is Op.CONCAT and p.axis in aligned):
+            raise _Mixed
+        return aligned.pop() if aligned else None
+    (at,) = ins if op is not Op.MATMUL else (None,)
+    if op is Op.MATMUL:
+        return _matmul_position(n, ins)
+    if at is None:
+        if any(_mentions(d, dim) for d in n.shape):
+            raise _Mixed
+        return None
+    if op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.CUMSUM):
+        if p.axis == at:
+            raise _Mixed
+        return at if op is Op.CUMSUM or p.keepdims or p.axis > at else at - 1
+    if op is Op.TRANSPOSE:
+        return p.perm.index(at)
+    if op is Op.SLICE:
+        start, stop, step = p.slices[at]
+        whole = start == 0 and step == 1 and (stop is None or stop == n.inputs[0].shape[at])
+        if not whole or any(_mentions(b, dim) for s in p.slices for b in s[:2]):
+            raise _Mixed
+        return at
+    if op is Op.RESHAPE and at == 0 and n.shape and n.shape[0] == n.inputs[0].shape[0] \
+            and not any(_mentions(d, dim) for d in n.shape[1:]):
+        return 0
+    raise _Mixed
+
+
+def _matmul_position(n: Node, ins: list) -> Optional[int]:
+    """a[..., m, k] @ b[..., k, n]: the batch index on a's m or b's n axis, or on a leading axis
+    of either (broadcast); never on k, which the product sums over."""
+    if ins == [None, None]:
+        return None
+    if min(x.rank for x in n.inputs) < 2:
+        raise _Mixed  # a matrix-vector product: kept whole
+    found = set()
+    for at, x, k_axis, own_axis in ((ins[0], n.inputs[0], -1, -2), (ins[1], n.inputs[1], -2, -1)):
+        if at is None:
+            continue
+        if at == x.rank + k_axis:
+            raise _Mixed
+        found.add(n.rank + own_axis if at == x.rank + own_axis else at + n.rank - x.rank)
+    if len(found) > 1:
+        raise _Mixed
+    return found.pop() if found else None
