@@ -41,9 +41,9 @@ def _position(n: Node, ins: list, dim: str) -> Optional[int]:
     kind = OP_SPECS[op].kind if op in OP_SPECS else None
     if op is Op.INPUT:
         axes = [i for i, d in enumerate(n.shape) if _mentions(d, dim)]
-        if axes and (axes != [0] or n.shape[0].as_symbol() != dim):
-            raise _Mixed  # only an input's axis 0 is sliced
-        return 0 if axes else None
+        if len(axes) > 1 or (axes and n.shape[axes[0]].as_symbol() != dim):
+            raise _Mixed  # an input is sliced along one axis that is `dim` itself
+        return axes[0] if axes else None
     if op is Op.CONST or op is Op.IOTA:
         if _mentions(p.value if op is Op.CONST else p.size, dim):
             raise _Mixed

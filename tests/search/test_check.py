@@ -110,7 +110,7 @@ def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bo
     sizes = {"kv": 3, "g": 2, "s": 16, "t": 32, "d": 8}
     data = gqa.random_inputs(sizes, "bfloat16", seed=5)
     whole, tol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
-    assert bounds._batch_axis(gqa.graph, data, sizes) == ("kv", {"q", "k", "v"})
+    assert bounds._batch_axis(gqa.graph, data, sizes) == ("kv", 0, {"q": 0, "k": 0, "v": 0})
     monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", 2 * 16 * 32)  # one kv head's logits at a time
     calls = []
     real = bounds._whole_reference
@@ -122,6 +122,23 @@ def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bo
     assert ptol.reduction == tol.reduction
     # an input that varies along axis 0 under another symbol cannot be sliced with the rest
     assert bounds._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
+
+
+def test_a_slice_still_too_large_is_sliced_again_along_the_next_batch_axis(monkeypatch):
+    import axon.semantics.bounds as bounds
+
+    gqa = SUITE["gqa"].program
+    sizes = {"kv": 3, "g": 2, "s": 16, "t": 32, "d": 8}
+    data = gqa.random_inputs(sizes, "bfloat16", seed=5)
+    whole, tol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
+    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", 16 * 32)  # one query head's logits at a time
+    calls = []
+    real = bounds._whole_reference
+    monkeypatch.setattr(bounds, "_whole_reference", lambda g, a, *r: calls.append(a["q"].shape) or real(g, a, *r))
+    parts, ptol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
+    assert calls == [(1, 1, 16, 8)] * 6
+    for a, b in zip(whole + tol.bounds, parts + ptol.bounds):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("mixing", ["sum over it", "max over it", "cumsum over it", "contracted",
