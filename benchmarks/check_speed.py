@@ -6,9 +6,12 @@ At the largest cases the check of the winner is most of `axon optimize`'s wall t
 reference (axon.semantics.bounds.kernel_reference: the program in float64 with per-element error
 bounds) most of the check. Each row times that reference on the rows a partial check of the
 case's winner runs (optimize_largest.md: gqa and causal gqa 5 blocks of 128 rows, the
-MatMul-family kernels 2 blocks of 512), on the program as written, seeded random bf16 inputs:
-with freed memory kept for reuse (axon.heap, what the check does) and without it (glibc's default,
-what it did before), each run a fresh process, medians of `--repeat`, both in this one run.
+MatMul-family kernels 2 blocks of 512), on the program as written, seeded random bf16 inputs, three
+ways: as the check runs it (freed memory kept for reuse, axon.heap; values of up to
+bounds.REFERENCE_ELEMENTS evaluated at once, larger ones over slices of batch axes, a slice over
+slices of the next); with glibc's default allocator (what the check did before axon.heap); and with
+slices of up to 64M elements (what it did before 2026-12-07: for gqa one kv head at a time). Each
+run a fresh process, medians of `--repeat`, all in this one run.
 """
 from __future__ import annotations
 
@@ -31,14 +34,20 @@ CASES = (  # (benchmark, sizes at the checked rows, the case they come from)
 )
 
 
-def one(name: str, sizes: dict, reuse: bool) -> float:
+MODES = ("glibc", "64M", "check")  # the columns, the check's own way last
+
+
+def one(name: str, sizes: dict, mode: str) -> float:
     """Seconds of one reference, in this process."""
     import axon.heap
+    import axon.semantics.bounds as bounds
     from axon.semantics.bounds import kernel_reference
     from axon.suite import get
 
-    if not reuse:
+    if mode == "glibc":
         axon.heap._libc = None  # glibc's defaults: large arrays mapped and unmapped each time
+    if mode == "64M":
+        bounds.REFERENCE_ELEMENTS = 1 << 26
     prog = get(name).program
     data = prog.random_inputs(sizes, "bfloat16")
     t = time.perf_counter()
@@ -46,8 +55,8 @@ def one(name: str, sizes: dict, reuse: bool) -> float:
     return time.perf_counter() - t
 
 
-def timed(name: str, sizes: dict, reuse: bool) -> float:
-    out = subprocess.run([sys.executable, __file__, "--one", name, json.dumps(sizes), str(int(reuse))],
+def timed(name: str, sizes: dict, mode: str) -> float:
+    out = subprocess.run([sys.executable, __file__, "--one", name, json.dumps(sizes), mode],
                          capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
 
@@ -59,22 +68,24 @@ def main() -> None:
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(one(args.one[0], json.loads(args.one[1]), args.one[2] == "1"))
+        print(one(args.one[0], json.loads(args.one[1]), args.one[2]))
         return
     rows = []
     for name, sizes, case in CASES:
-        runs = {reuse: [] for reuse in (False, True)}
+        runs = {mode: [] for mode in MODES}
         for _ in range(args.repeat):
-            for reuse in (False, True):  # interleaved: load changes hit both alike
-                runs[reuse].append(timed(name, sizes, reuse))
-        before, after = statistics.median(runs[False]), statistics.median(runs[True])
-        rows.append(f"| {name} | {case} | {sizes} | {before:.1f} | {after:.1f} | {before / after:.2f}x |")
+            for mode in MODES:  # interleaved: load changes hit all alike
+                runs[mode].append(timed(name, sizes, mode))
+        glibc, big, check = (statistics.median(runs[m]) for m in MODES)
+        rows.append(f"| {name} | {case} | {sizes} | {glibc:.1f} | {big:.1f} | {check:.1f} | {glibc / check:.2f}x "
+                    f"| {big / check:.2f}x |")
         print(rows[-1], flush=True)
     text = (f"# Check reference speed\n\nCommand: `.venv/bin/python benchmarks/check_speed.py --repeat {args.repeat}` "
             "(the script's docstring says what runs). Seconds, medians of "
             f"{args.repeat} fresh processes each, on this 2-core machine.\n\n"
-            "| benchmark | case | sizes checked | glibc default (s) | freed memory reused (s) | speedup |\n"
-            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+            "| benchmark | case | sizes checked | glibc default (s) | 64M-element slices (s) | as the check runs (s) "
+            "| speedup over glibc | over 64M slices |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     Path(args.out).write_text(text)
 
 
