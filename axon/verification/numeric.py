@@ -105,7 +105,8 @@ def flagged(a: np.ndarray, b: np.ndarray) -> list[tuple[int, ...]]:
     return [tuple(int(i) for i in np.unravel_index(k, a.shape)) for k in order if bad[k]][:CONFIRM_PER_OUTPUT]
 
 
-def confirmed_difference(a: Graph, b: Graph, k: int, index, elements: precise.Elements) -> Optional[tuple[float, float]]:
+def confirmed_difference(a: Graph, b: Graph, k: int, index,
+                         elements: precise.Elements) -> Optional[tuple[float, float]]:
     """The two values of output `k` at `index` if they differ in high precision, else None. A
     difference must stay as the digits double (up to RUNGS times): one that shrinks by
     AGREE_DIGITS orders was the lower precision's, a tiny term absorbed by a large one

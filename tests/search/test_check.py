@@ -103,7 +103,9 @@ def test_optimize_checks_row_blocks_over_the_budget_and_says_which(monkeypatch, 
     assert r.to_json()["best"]["checked"] == r.checked
 
 
-def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bounds(monkeypatch):
+@pytest.mark.parametrize("elements, slices", [(2 * 16 * 32, [(1, 2, 16, 8)] * 3),  # one kv head's logits
+                                              (16 * 32, [(1, 1, 16, 8)] * 6)])  # then one query head's
+def test_a_large_reference_is_evaluated_in_slices_with_the_same_values_and_bounds(elements, slices, monkeypatch):
     import axon.semantics.bounds as bounds
 
     gqa = SUITE["gqa"].program
@@ -111,34 +113,17 @@ def test_a_large_reference_is_evaluated_head_by_head_with_the_same_values_and_bo
     data = gqa.random_inputs(sizes, "bfloat16", seed=5)
     whole, tol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
     assert bounds._batch_axis(gqa.graph, data, sizes) == ("kv", 0, {"q": 0, "k": 0, "v": 0})
-    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", 2 * 16 * 32)  # one kv head's logits at a time
+    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", elements)
     calls = []
     real = bounds._whole_reference
     monkeypatch.setattr(bounds, "_whole_reference", lambda g, a, *r: calls.append(a["q"].shape) or real(g, a, *r))
     parts, ptol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
-    assert calls == [(1, 2, 16, 8)] * 3
+    assert calls == slices
     for a, b in zip(whole + tol.bounds, parts + ptol.bounds):
         np.testing.assert_array_equal(a, b)
     assert ptol.reduction == tol.reduction
-    # an input that varies along axis 0 under another symbol cannot be sliced with the rest
+    # a program of rank 2 stays whole (a slice of rows would read all of a weight again)
     assert bounds._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
-
-
-def test_a_slice_still_too_large_is_sliced_again_along_the_next_batch_axis(monkeypatch):
-    import axon.semantics.bounds as bounds
-
-    gqa = SUITE["gqa"].program
-    sizes = {"kv": 3, "g": 2, "s": 16, "t": 32, "d": 8}
-    data = gqa.random_inputs(sizes, "bfloat16", seed=5)
-    whole, tol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
-    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", 16 * 32)  # one query head's logits at a time
-    calls = []
-    real = bounds._whole_reference
-    monkeypatch.setattr(bounds, "_whole_reference", lambda g, a, *r: calls.append(a["q"].shape) or real(g, a, *r))
-    parts, ptol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
-    assert calls == [(1, 1, 16, 8)] * 6
-    for a, b in zip(whole + tol.bounds, parts + ptol.bounds):
-        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("mixing", ["sum over it", "max over it", "cumsum over it", "contracted",
