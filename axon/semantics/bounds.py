@@ -440,8 +440,8 @@ def program_reference(graph: Graph, arrays: Mapping[str, np.ndarray], precision:
     When the largest value would exceed REFERENCE_ELEMENTS, the graph is evaluated over slices of
     a batch axis (`_batch_axis`; a slice still too large over slices of the next): batch slices
     are independent programs (every operator maps batch index to batch index), so values and
-    bounds concatenate. Attention at Llama-3-70B
-    sizes keeps [heads, rows, t] logits: 24 GB of reference and bounds at once."""
+    bounds concatenate. Attention at Llama-3-70B sizes keeps [heads, rows, t] logits: 24 GB of
+    reference and bounds at once."""
     with reusing_freed_memory():
         return _program_reference(graph, arrays, precision, narrow, binding)
 
