@@ -6,7 +6,7 @@ At the largest cases the check of the winner is most of `axon optimize`'s wall t
 reference (axon.semantics.bounds.kernel_reference: the program in float64 with per-element error
 bounds) most of the check. Each row times that reference on the rows a partial check of the
 case's winner runs (optimize_largest.md: gqa and causal gqa 5 blocks of 128 rows, the
-MatMul-family kernels 2 blocks of 512), on the program as written, seeded random bf16 inputs, three
+MatMul-family kernels 2 blocks of 512; gqa's quick case whole), on the program as written, seeded random bf16 inputs, three
 ways: as the check runs it (freed memory kept for reuse, axon.heap; values of up to
 bounds.REFERENCE_ELEMENTS evaluated at once, larger ones over slices of batch axes, a slice over
 slices of the next); with glibc's default allocator (what the check did before axon.heap); and with
@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 CASES = (  # (benchmark, sizes at the checked rows, the case they come from)
+    ("gqa", {"kv": 8, "g": 4, "s": 512, "t": 2048, "d": 128}, "quick"),  # checked at full size
     ("gqa", {"kv": 8, "g": 8, "s": 640, "t": 8192, "d": 128}, "llama3_70b_s2048_t8192"),
     ("causal_gqa", {"kv": 8, "g": 8, "s": 640, "t": 8192, "d": 128}, "llama3_70b_s8192"),
     ("matmul", {"m": 1024, "k": 8192, "n": 28672}, "llama3_70b_mlp_up"),
