@@ -394,6 +394,8 @@ def _spread(op: ScalarOp, spec, vals, errs, value):
         return np.maximum(errs[0], errs[1])
     if op is ScalarOp.NEG:
         return errs[0]
+    if op is ScalarOp.EXP:  # increasing and convex: the upper corner is the farther, e^v (e^e - 1),
+        return _clean(value * np.expm1(errs[0]))  # one pass where the corners took six (softmax's logits)
     if op in _TRUTH:  # a 0/1 result flips where the boxes meet
         e = errs[0] + errs[1]
         return np.where((e > 0) & (np.abs(vals[0] - vals[1]) <= e), 1.0, 0.0)

@@ -289,6 +289,31 @@ def test_independent_error_parts_add_in_l2_as_hypot_does_and_past_the_squares_ra
     assert np.isinf(_l2(np.array([np.inf]), np.array([1.0]))).all()
 
 
+def test_an_exponentials_spread_is_its_upper_corner_in_closed_form():
+    """exp's box spread is e^v (e^e - 1), one pass where the corners took six: it bounds exp
+    anywhere in the box, equals the corners' value to rounding, and is infinite where the box is."""
+    from axon.semantics.bounds import _spread
+    from axon.semantics.scalar import SCALAR_SPECS, ScalarOp
+
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal(1000) * 30
+    e = np.abs(rng.standard_normal(1000)) * np.logspace(-12, 1, 1000)
+    e[:3] = (0.0, np.inf, 700.0)
+    spec = SCALAR_SPECS[ScalarOp.EXP]
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = _spread(ScalarOp.EXP, spec, [v], [e], np.exp(v))
+        corners = np.maximum(np.abs(np.exp(v + e) - np.exp(v)), np.abs(np.exp(v - e) - np.exp(v)))
+    # where v + e rounds (e below ~1e-6 |v|) the corners lose digits that the closed form keeps
+    fair = np.isfinite(corners) & (e > 1e-6 * np.maximum(1.0, np.abs(v)))
+    assert fair.sum() > 300 and np.allclose(spread[fair], corners[fair], rtol=1e-8, atol=0)
+    assert spread[0] == 0.0 and np.isinf(spread[1])
+    fair[:3] = False
+    for d in (-1.0, -0.5, 0.5, 1.0):  # the box's inside
+        with np.errstate(over="ignore", invalid="ignore"):
+            inside = np.abs(np.exp(v + d * e) - np.exp(v)) <= spread * (1 + 1e-9)
+        assert inside[fair].all()
+
+
 _HEAP_PROBE = """
 import ctypes, json
 import numpy as np
