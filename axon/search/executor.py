@@ -1,7 +1,8 @@
 """Where candidate timings run: one interface, two executors.
 
-Selection hands an executor a *timing task* (a target, a kernel's source, its input shapes) and
-later asks for the outcome; several tasks may be in flight at once. What comes back is the
+Selection hands an executor a *timing task* (a target, a kernel's source, its input shapes, the
+floor of the latency at which the run may stop: select.rank's best so far) and later asks for the
+outcome; several tasks may be in flight at once. What comes back is the
 target's `Measured` (a loop-sampled timing-only latency, sampled_timing.py: whether it is the
 full path's, and the work it cost) or the `AxonError` the run raised.
 
@@ -19,6 +20,7 @@ plugs in as another executor whose tasks answer with measured latencies.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -43,17 +45,17 @@ class LocalProcesses:
     def __init__(self, workers: int):
         self.workers = workers
 
-    def submit(self, target, source: str, shapes: dict):
-        return target.run(source, shapes, timing_only=True, sampled=True, wait=False)
+    def submit(self, target, source: str, shapes: dict, stop_above_ns: float = math.inf):
+        return target.run(source, shapes, timing_only=True, sampled=True, stop_above_ns=stop_above_ns, wait=False)
 
 
-def _remote_timing(target_name: str, source: str, shapes: dict):
+def _remote_timing(target_name: str, source: str, shapes: dict, stop_above_ns: float):
     """A Ray task: the timing run on a worker, with the model that made it (or the error)."""
     from axon import targets
 
     target = targets.get(target_name)
     try:
-        m = target.run(source, shapes, timing_only=True, sampled=True)
+        m = target.run(source, shapes, timing_only=True, sampled=True, stop_above_ns=stop_above_ns)
     except AxonError as err:
         return target.model_fingerprint(), err
     return target.model_fingerprint(), m
@@ -95,8 +97,9 @@ class RayCluster:
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_timing)
 
-    def submit(self, target, source: str, shapes: dict):
-        return _RayPending(self._ray, self._task.remote(target.name, source, shapes), target.model_fingerprint())
+    def submit(self, target, source: str, shapes: dict, stop_above_ns: float = math.inf):
+        return _RayPending(self._ray, self._task.remote(target.name, source, shapes, stop_above_ns),
+                           target.model_fingerprint())
 
 
 def make_executor(workers: Optional[int] = None, ray: Optional[str] = None):

@@ -287,8 +287,9 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     if spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
         say(f"ranking more candidates while it stays cheap (up to {EXTRA_RANK_S - spent:.0f} budget seconds)")
         rest = (c for taken in iter(lambda: order.take(1), []) for c in taken if c.key != baseline.key)
-        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, executor=executor),
-                        key=lambda ct: ct[1].latency_ns)
+        best = min((t.latency_ns for _, t in ranked if not t.pruned and not t.error), default=math.inf)
+        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, executor=executor, best_ns=best),
+                        key=lambda ct: (ct[1].pruned, ct[1].latency_ns))
     # what emission cost, as of the last candidate ranking took: not what timing runs started
     # ahead of it pulled (more with more workers), so the report is the same for any executor
     counts = order.counts_at([c for c in shortlist] + [c for c, _ in ranked])
@@ -351,7 +352,8 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         candidates={"generated": counts.planned, "emitted": counts.emitted, "distinct_kernels": counts.generated,
                     "rejected_by_constraints": counts.rejected_by_constraints,
                     "unsupported": counts.unsupported, "failed_simulation": len(failed_sim),
-                    "failed_numerics": failed_numerics, "evaluated": len(ranked), "checked": checked,
+                    "failed_numerics": failed_numerics, "evaluated": len(ranked),
+                    "stopped_early": sum(t.pruned for _, t in ranked), "checked": checked,
                     "shortlisted_by_static_cost": len(shortlist)},
         proofs=proofs, time_s={"symbolic": round(t_symbolic, 3), "selection": round(t_selection, 3)},
         check=(f"full size {sizes}" if rows is None else

@@ -67,7 +67,7 @@ class _FakeTarget:
 
 
 class _Pending:
-    def __init__(self, target, source):
+    def __init__(self, target, source, stop_above_ns=float("inf")):
         self.target, self.i = target, int(source.split()[1])
 
     def result(self):
@@ -87,9 +87,9 @@ class _OutOfOrder:
     def __init__(self, workers):
         self.workers = workers
 
-    def submit(self, target, source, shapes, keep_schedule=False):
+    def submit(self, target, source, shapes, stop_above_ns=float("inf")):
         target.started += 1
-        return _Pending(target, source)
+        return (_Stopping if source.startswith("floors") else _Pending)(target, source, stop_above_ns)
 
 
 def test_ranking_takes_outcomes_in_candidate_order_for_any_worker_count():
@@ -103,6 +103,49 @@ def test_ranking_takes_outcomes_in_candidate_order_for_any_worker_count():
         assert len(out) == 5
         assert target.started - target.cancelled == 5  # runs started ahead of the budget's end are stopped
     assert results[1] == results[2] == results[5]
+
+
+class _Stopping(_Pending):
+    """A sampled run whose floors are in its source ("floors I w:f w:f ... latency work"): it
+    stops at the first floor that reaches its stop, as sampled_timing does."""
+
+    def __init__(self, target, source, stop_above_ns):
+        super().__init__(target, source)
+        *floors, self.latency, self.work = source.split()[2:]
+        self.floors = tuple((int(w), float(f)) for w, f in (p.split(":") for p in floors))
+        self.stop = stop_above_ns
+
+    def result(self):
+        from axon.targets.trainium.target import Measured
+
+        for k, (w, f) in enumerate(self.floors):
+            if f >= self.stop:
+                return Measured(f, None, None, w, False, self.floors[:k + 1], True)
+        return Measured(float(self.latency), None, None, int(self.work), False, self.floors)
+
+
+def test_a_run_past_the_best_stops_at_its_floor_the_same_for_any_worker_count_and_cache(tmp_path):
+    """A candidate whose floor passes the best latency before it by the margin stops there: it is
+    charged the work spent to that floor and ranks after every finished one; which candidates stop
+    and what each costs depend only on the order, not on the workers or what the cache holds."""
+    sources = ["floors 0 300:400 600:900 900 800",  # the best so far: 900
+               "floors 1 300:500 600:2000 900:5000 5000 900",  # 2000 > 1.1 x 900: stops at 600
+               "floors 2 300:700 600:850 850 800",  # finishes: the new best
+               "floors 3 300:900 600:940 1000 900",  # 940 passes 1.1 x 850 = 935: stops
+               "floors 4 300:500 600:920 920 800"]  # within the margin of the best: timed to the end
+    cands = [type("C", (), {"source": s})() for s in sources]
+    want = [("floors 2", 850.0, 900, False), ("floors 0", 900.0, 900, False), ("floors 4", 920.0, 900, False),
+            ("floors 3", 940.0, 700, True), ("floors 1", 2000.0, 700, True)]
+    seen = []
+    for workers, cache in ((1, None), (2, None), (5, None), (2, tmp_path), (1, tmp_path), (5, tmp_path)):
+        out = rank(_FakeTarget(), cands, {}, ResultCache(cache), budget_s=10, executor=_OutOfOrder(workers))
+        seen.append([(c.source[:8], t.latency_ns, t.work, t.pruned) for c, t in out])
+    assert all(s == want for s in seen), seen
+    # a stored run that stopped below the limit now in force (none: no best before it) runs again
+    rank(_FakeTarget(), cands, {}, ResultCache(tmp_path / "one"), budget_s=10, executor=_OutOfOrder(1))
+    target = _FakeTarget()
+    alone = rank(target, cands[1:2], {}, ResultCache(tmp_path / "one"), budget_s=10, executor=_OutOfOrder(1))
+    assert target.started == 1 and alone[0][1] == Timing(5000.0, "", 1000, False)
 
 
 def test_cached_timings_are_read_not_run(tmp_path):
@@ -126,7 +169,7 @@ def test_a_worker_with_another_model_stops_the_search():
     class Remote:
         workers, keeps_schedule = 1, False
 
-        def submit(self, target, source, shapes, keep_schedule=False):
+        def submit(self, target, source, shapes, stop_above_ns=float("inf")):
             return _RayPending(FakeRay(), None, target.model_fingerprint())
 
     with pytest.raises(ExecutorError, match="install the same Axon on every node"):

@@ -142,13 +142,17 @@ def test_timing_uses_shapes_and_random_inputs_keep_the_dtype():
                                     {"latency_ns": 1234.5, "error": ""},  # no work: the budget could not count it
                                     {"latency_ns": 1234.5, "error": "", "work": -1},
                                     {"latency_ns": 1234.5, "error": "", "work": 900},  # sampled or not?
-                                    {"latency_ns": 1234.5, "error": "", "work": 900, "exact": 1}])
+                                    {"latency_ns": 1234.5, "error": "", "work": 900, "exact": 1},
+                                    {"latency_ns": 1234.5, "error": "", "work": 900, "exact": False,
+                                     "stopped": True, "floors": []},  # stopped where?
+                                    {"latency_ns": 1234.5, "error": "", "work": 900, "exact": False,
+                                     "floors": [[900]]}])
 def test_a_poisoned_or_malformed_cached_timing_is_measured_again(tmp_path, stored):
     from axon.search.select import _valid_timing
 
     assert _valid_timing(stored) is None
-    assert _valid_timing({"latency_ns": 1234.5, "error": "", "work": 900, "exact": False}).latency_ns == 1234.5
-    assert _valid_timing({"latency_ns": float("inf"), "error": "KernelError: x", "work": 100, "exact": True}).error
+    assert _valid_timing({"latency_ns": 1234.5, "error": "", "work": 900, "exact": False})["latency_ns"] == 1234.5
+    assert _valid_timing({"latency_ns": float("inf"), "error": "KernelError: x", "work": 100, "exact": True})["error"]
 
 
 def test_a_cache_dir_that_is_a_file_is_one_clear_error(tmp_path, monkeypatch):

@@ -62,10 +62,12 @@ SIMULATE_SHARE = 0.7  # of the cost of an instruction simulated and timed, the s
 
 @dataclass(frozen=True)
 class SampledLatency:
-    latency_ns: float
+    latency_ns: float  # when `stopped`: the floor that passed `stop_above_ns`, not the latency
     work: int  # what the runs cost, in instructions simulated and timed (`_work`)
     exact: bool  # no loop was cut: the full path's latency
     loops: dict  # kernel line of a cut loop -> (iterations skipped in all, instances cut, ns one iteration adds)
+    floors: tuple = ()  # (work spent so far, the latency's floor then), after each estimate (`_Floors`)
+    stopped: bool = False  # a floor reached `stop_above_ns`: the runs stopped there
 
 
 def _cut_loops(cut: View) -> dict:
@@ -117,16 +119,43 @@ def _work(simulated: float, timed: float) -> int:
 
 
 def sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int = KEEP, serve_repeats: bool = True,
-                    **sim_options) -> SampledLatency:
+                    stop_above_ns: float = math.inf, **sim_options) -> SampledLatency:
     """The latency of `kernel` on `inputs` (shapes) as the full timing-only path estimates it,
     from one run that cuts long loops after `keep` iterations (and STEP more, for the longer
-    views); the whole kernel where that would not save much. `serve_repeats`: as `estimate`'s."""
+    views); the whole kernel where that would not save much. `serve_repeats`: as `estimate`'s.
+    `stop_above_ns`: stop at the first floor (`_Floors`) that reaches it (ranking: a candidate
+    that cannot beat the best so far needs no more said of it)."""
+    floors = _Floors(stop_above_ns)
     with cyclic_gc_paused():  # the views are made between simulation and estimates (trace.py says why)
-        return _sampled_latency(kernel, inputs, hw, keep, sim_options, serve_repeats)
+        try:
+            return _sampled_latency(kernel, inputs, hw, keep, sim_options, serve_repeats, floors)
+        except _Stop:
+            work, ns = floors.seen[-1]
+            return SampledLatency(ns, work, False, {}, tuple(floors.seen), True)
+
+
+class _Stop(Exception):
+    """A floor reached the caller's stop: the runs end there."""
+
+
+class _Floors:
+    """Checkpoints (work spent, floor of the latency) after each estimate of a sampled run. The
+    floor is the cut run's latency plus, for each group of loops timed so far, what the formula
+    adds for it (an untrusted group: its busiest engine's time alone, which the loop at full length
+    takes at least); groups not yet timed add at least nothing. So it only grows within a round,
+    and it is the model's own extension, not a second model: what ranking may stop on."""
+
+    def __init__(self, stop_above_ns: float):
+        self.stop_above_ns, self.seen = stop_above_ns, []
+
+    def at(self, work: int, ns: float) -> None:
+        self.seen.append((work, ns))
+        if ns >= self.stop_above_ns:
+            raise _Stop
 
 
 def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, sim_options: dict,
-                     serve_repeats: bool) -> SampledLatency:
+                     serve_repeats: bool, floors: _Floors) -> SampledLatency:
     work = 0
     estimate = functools.partial(estimate_trace, serve_repeats=serve_repeats)
 
@@ -134,7 +163,7 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
         nonlocal work
         res = simulate(kernel, inputs, target=hw, timing_only=True, **sim_options)
         work += _work(len(res.trace), len(res.trace))
-        return SampledLatency(estimate(res.trace, hw).latency_ns, work, True, {})
+        return SampledLatency(estimate(res.trace, hw).latency_ns, work, True, {}, tuple(floors.seen))
 
     counts = static_counts(kernel.source, kernel.name, keep)
     if counts is not None and counts[0] < counts[2] and _work(counts[1], counts[0] + counts[1]) > SAVING * counts[2]:
@@ -147,7 +176,7 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
         cut = run.view()
         if not cut.cut:
             work += _work(simulated, len(base_trace))
-            return SampledLatency(estimate(base_trace, hw).latency_ns, work, True, {})
+            return SampledLatency(estimate(base_trace, hw).latency_ns, work, True, {}, tuple(floors.seen))
         todo = _groups(cut)
         timed = len(base_trace) + sum(sum(map(run.view(g).keeps, run.trace)) for g in todo)
         if _work(simulated, timed) > SAVING * _uncut_instructions(base_trace, _cut_loops(cut)):
@@ -156,6 +185,8 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
         base = estimate(base_trace, hw, cut_loops=_cut_loops(cut))
         work += _work(simulated, len(base_trace))
         latency, loops, refused = base.latency_ns, {}, []
+        refused_ns = 0.0  # the refused loops' share of the floor: their busiest engine's time at full length
+        floors.at(work, latency)
         while todo:
             group = todo.pop(0)
             longer = run.view(group)
@@ -166,19 +197,22 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
             # each loop's extra iterations keep at least its busiest engine (or the DMA bandwidth) busy
             busiest = sum(max((ns for (line, _), ns in est.busy_by.items() if line == g), default=0.0)
                           for g in group) / STEP
+            m = _multiple(cut, group[0])
             if added < TRUST * busiest:
                 if len(group) > 1:  # one of them may be hidden behind other work: each on its own
                     todo[:0] = [(line,) for line in group]
                 else:
                     refused.append(group[0])
+                    refused_ns += float(m) * busiest
+                    floors.at(work, latency + refused_ns)
                 continue
-            m = _multiple(cut, group[0])
             latency += float(m) * max(added, busiest)
+            floors.at(work, latency + refused_ns)
             instances = sum(cut.cut[g] for g in group)
             for g in group:
                 loops[g] = (float(cut.cut[g] * m), cut.cut[g], max(added, busiest) / instances)
         if not refused:
-            return SampledLatency(latency, work, False, loops)
+            return SampledLatency(latency, work, False, loops, tuple(floors.seen))
         untrusted.update(dict.fromkeys(refused, False))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ class Measured:
     estimate: object  # the model's Estimate (its kernel bound is the kernel's own, not the program's)
     work: int = 0  # instructions simulated: what the run cost, as selection's budget counts it
     exact: bool = True  # False: a loop-sampled latency (sampled_timing.py), not the full path's
+    floors: tuple = ()  # sampled runs: (work spent, floor of the latency) at each estimate
+    stopped: bool = False  # a floor passed `stop_above_ns`: latency_ns is that floor
 
 
 class TrainiumTarget:
@@ -77,10 +80,11 @@ class TrainiumTarget:
 
     @sandboxed(lambda self, source, *a, **k: source_label(source))  # timeout_s, memory_mb: sandbox.py
     def run(self, source: str, inputs: dict, timing_only: bool, keep_schedule: bool = False,
-            partial: bool = False, sampled: bool = False) -> Measured:
+            partial: bool = False, sampled: bool = False, stop_above_ns: float = math.inf) -> Measured:
         """`partial`: the kernel may leave output elements unwritten (a check's kernel on some row
         blocks); they come back NaN. `sampled` (timing only): the latency from runs that cut long
-        loops short (sampled_timing.py; no schedule), what ranking uses."""
+        loops short (sampled_timing.py; no schedule), what ranking uses, stopped once its floor
+        reaches `stop_above_ns`."""
         from axon.targets.trainium.perfmodel import estimate
         from axon.targets.trainium.sampled_timing import sampled_latency
         from axon.targets.trainium.simulator import ShapeDtype, load_source, simulate
@@ -92,8 +96,8 @@ class TrainiumTarget:
         strict = dict(partial=partial, strict_capacity=True, strict_api=True)
         kernel = load_source(source)
         if sampled and timing_only:
-            s = sampled_latency(kernel, args, self.hw, serve_repeats=False, **strict)
-            return Measured(s.latency_ns, None, None, s.work, s.exact)
+            s = sampled_latency(kernel, args, self.hw, serve_repeats=False, stop_above_ns=stop_above_ns, **strict)
+            return Measured(s.latency_ns, None, None, s.work, s.exact, s.floors, s.stopped)
         res = simulate(kernel, args, target=self.name, timing_only=timing_only, **strict)
         est = estimate(res.trace, self.hw, keep_schedule=keep_schedule, serve_repeats=False)
         outs = None

@@ -104,6 +104,20 @@ def test_a_long_loop_is_cut_and_extended_to_the_full_latency():
     assert got.work < issued / 2
 
 
+def test_floors_grow_to_the_latency_and_a_stop_ends_the_runs_at_the_first_one_past_it():
+    kernel = load_source(TWO_PASSES, "<two>", None)
+    whole = sampled_latency(kernel, MATMUL_IN, HW)
+    works, floors = zip(*whole.floors)
+    # the cut run's latency, then one more after the two loops' shared longer run: the latency
+    assert len(floors) == 2 and floors[0] < floors[1] == whole.latency_ns and works[-1] == whole.work
+    assert list(works) == sorted(works) and not whole.stopped
+    stop = (floors[0] + floors[1]) / 2
+    stopped = sampled_latency(kernel, MATMUL_IN, HW, stop_above_ns=stop)
+    assert stopped.stopped and (stopped.work, stopped.latency_ns) == whole.floors[1]
+    early = sampled_latency(kernel, MATMUL_IN, HW, stop_above_ns=floors[0])
+    assert early.stopped and early.floors == whole.floors[:1] and early.work < whole.work
+
+
 def test_the_cut_run_runs_two_iterations_of_the_long_loop_only():
     cut = LoopSampling(2)
     sim = simulate_source(MATMUL, None, MATMUL_IN, target="trn2", timing_only=True, sampling=cut)
