@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by dma; transposed weights by dma
 pass 1:   matmul, mul, max, sub, exp, matmul, sum, div; row tile 128 x block 4, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  on s rows 0:512, 1024:1536, 2048:3072, 3584:4096 of 4096 (5 of 8 blocks of 512 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.000595, 0.33 of its per-element error bound
+checked:  on s rows 0:512, 1024:1536, 2048:3072, 3584:4096 of 4096 (5 of 8 blocks of 512 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.00275, 0.14 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
@@ -33,8 +33,8 @@ def attention(q, k, v):
             nisa.dma_copy(dst=w1[0:128, nl.ds(i_kt * 128, 128)], src=v[i_b0, 0, nl.ds(i_kt * 128, 128), 0:128])
         for i_b1 in nl.affine_range(4):
             for i_rb in nl.affine_range(8):
-                mul_blk = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf)
-                sum_blk = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+                mul_blk = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
+                sum_blk = nl.ndarray((128, 4), dtype=DT, buffer=nl.sbuf)
                 exp_T = nl.ndarray((128, 16384), dtype=DT, buffer=nl.sbuf)
                 lhsT = nl.ndarray((128, 512), dtype=DT, buffer=nl.sbuf)
                 for i_r in nl.affine_range(4):
@@ -48,7 +48,7 @@ def attention(q, k, v):
                 for i_r in nl.affine_range(4):
                     exp1 = nl.ndarray((128, 4096), dtype=DT, buffer=nl.sbuf)
                     # max, sub, exp, sum: 2 instruction(s), proved; fused activation+tensor_reduce->activation_reduce
-                    t = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    t = nl.ndarray((128, 1), dtype=DT, buffer=nl.sbuf)
                     nisa.tensor_reduce(dst=t[0:128, 0:1], data=mul_blk[0:128, nl.ds(i_r * 4096, 4096)], op=nl.maximum, negate=True, axis=1)
                     nisa.activation_reduce(dst=exp1[0:128, 0:4096], reduce_res=sum_blk[0:128, nl.ds(i_r, 1)], data=mul_blk[0:128, nl.ds(i_r * 4096, 4096)], bias=t[0:128, 0:1], op=nl.exp, reduce_op=nl.add)
                     for i_q in nl.affine_range(8):
