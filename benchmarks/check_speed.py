@@ -66,6 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "check_speed.md"))
+    ap.add_argument("--only", default="", help="benchmarks to time, comma-separated (default: all)")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -73,6 +74,8 @@ def main() -> None:
         return
     rows = []
     for name, sizes, case in CASES:
+        if args.only and name not in args.only.split(","):
+            continue
         runs = {mode: [] for mode in MODES}
         for _ in range(args.repeat):
             for mode in MODES:  # interleaved: load changes hit all alike
@@ -81,7 +84,8 @@ def main() -> None:
         rows.append(f"| {name} | {case} | {sizes} | {glibc:.1f} | {big:.1f} | {check:.1f} | {glibc / check:.2f}x "
                     f"| {big / check:.2f}x |")
         print(rows[-1], flush=True)
-    text = (f"# Check reference speed\n\nCommand: `.venv/bin/python benchmarks/check_speed.py --repeat {args.repeat}` "
+    only = f" --only {args.only}" if args.only else ""
+    text = (f"# Check reference speed\n\nCommand: `.venv/bin/python benchmarks/check_speed.py --repeat {args.repeat}{only}` "
             "(the script's docstring says what runs). Seconds, medians of "
             f"{args.repeat} fresh processes each, on this 2-core machine.\n\n"
             "| benchmark | case | sizes checked | glibc default (s) | 64M-element slices (s) | as the check runs (s) "
