@@ -347,13 +347,15 @@ class KernelBuilder:
                     self._online_chunk(form, t, T, qT, tcol, rows0, slots, members)
             finally:
                 self.sizes[form.dim] = T
-            self._online_merges(form, P, D, NCH, slots)
-            # the row's state is then slot 0's: m = -n_0, l_0, o_0
-            state = {"m": em.view(em.alloc("m_run", P, 1, "state"), P, "0", 1),
-                     "l": em.view(slots["l"], P, "0", 1), "o": em.view(slots["o"], P, "0", D)}
-            n0 = merge_nodes(form.m, form.o)[0]["n"]
-            neg = make_node(Op.NEG, (n0,))
-            self.run_program([neg], [neg], lambda y: em.view(slots["n"], P, "0", 1), lambda n: state["m"], P)
+            reads_max = self._reads_max(form, consumers, owner, pi)
+            self._online_merges(form, P, D, NCH, slots, reads_max)
+            # the row's state is then slot 0's: l_0, o_0, and m = -n_0 where the tail or a store reads it
+            state = {"l": em.view(slots["l"], P, "0", 1), "o": em.view(slots["o"], P, "0", D)}
+            if reads_max:
+                state["m"] = em.view(em.alloc("m_run", P, 1, "state"), P, "0", 1)
+                n0 = merge_nodes(form.m, form.o)[0]["n"]
+                neg = make_node(Op.NEG, (n0,))
+                self.run_program([neg], [neg], lambda y: em.view(slots["n"], P, "0", 1), lambda n: state["m"], P)
             self._online_tail(form, t, rows0, state, members, consumers, owner, pi)
         for c in reversed(ctx):
             c.__exit__(None, None, None)
@@ -496,7 +498,7 @@ class KernelBuilder:
                                                   em.view(em.alloc(self._nm(n), P, NT, "f32"), P, "0", NT)),
                          P, chunk=(CH, NT), memories={s_mm: "psum"})
 
-    def _online_merges(self, form, P: int, D: int, NCH: int, slots: dict):
+    def _online_merges(self, form, P: int, D: int, NCH: int, slots: dict, reads_max: bool):
         """The chunks' states gathered into slot 0 by a tree of the proved merge (merge_lemma: the
         merged states of two adjacent runs of chunks are the state of the run they make up): at
         each level slot i + s goes into slot i for every pair left, so the row's state waits for
@@ -504,14 +506,15 @@ class KernelBuilder:
         short dependent chain over three engines: kept in order (sequential_range), one pair's
         chain does not wait behind the others' interleaved instructions (the performance model:
         decode with 16 rows against 32768 keys 470.4 us with the pairs in an affine loop, 439.1
-        in order; head dim 64, 115.8 and 114.3)."""
+        in order; head dim 64, 115.8 and 114.3). The last merge keeps its max only where
+        `reads_max` (no instruction writes what nothing reads)."""
         step, count = 1, NCH
         while count > 1:
             with self.em.loop("i_m", count // 2, sequential=True):
-                self._merge_slots(form, P, D, slots, 2 * step, step)
+                self._merge_slots(form, P, D, slots, 2 * step, step, keep_max=count > 2 or reads_max)
             step, count = 2 * step, -(-count // 2)
 
-    def _merge_slots(self, form, P: int, D: int, slots: dict, stride: int, gap: int):
+    def _merge_slots(self, form, P: int, D: int, slots: dict, stride: int, gap: int, keep_max: bool):
         """Slot i_m * stride + gap merged into slot i_m * stride. n' goes to a fresh column, then
         over n (the old n is read after it); l' and o' over l and o (each old value feeds only its
         own new one, so the instruction writing it comes last)."""
@@ -530,14 +533,22 @@ class KernelBuilder:
             self.run_program(nodes, list(out), lambda y: given[y], lambda n: out[n], P)
         finally:
             em.wide_dtype = wide
-        em.copy(given[ins["n"]], n_new)
+        if keep_max:
+            em.copy(given[ins["n"]], n_new)
+
+    def _reads_max(self, form, consumers, owner, pi) -> bool:
+        """Whether anything after an online walk reads the row max: the second matmul's tail or a store."""
+        return (any(form.m in n.inputs for n in form.values.epilogue)
+                or bool(self._needs_store(form.m, consumers, owner, pi)))
 
     def _online_tail(self, form, t: Tiling, rows0, state: dict, members, consumers, owner, pi):
         """The second matmul's element-wise tail on the walk's last state, and the stores."""
         em = self.em
         P = t.row_tile
         rows = _ex(rows0, ("i_r", P))
-        here = {form.o: state["o"], form.l: state["l"], form.m: state["m"]}
+        here = {form.o: state["o"], form.l: state["l"]}
+        if "m" in state:
+            here[form.m] = state["m"]
         tail = form.values.epilogue
         if tail:
             needed = [n for n in tail if self._needs_store(n, consumers, owner, pi)]

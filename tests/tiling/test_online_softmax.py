@@ -35,6 +35,16 @@ def _fused_worlds(name):
         yield v, w, g
 
 
+def _unread_results(source: str, inputs: dict) -> list:
+    """Kernel lines of instructions whose on-chip results nothing reads (dead code)."""
+    from axon.targets.trainium.simulator import ShapeDtype, load_source, simulate
+    from axon.targets.trainium.perfmodel import unread_results
+
+    shapes = {k: ShapeDtype(v.shape, "bfloat16") for k, v in inputs.items()}
+    trace = simulate(load_source(source), shapes, target="trn2", timing_only=True).trace
+    return sorted({ins.line for ins in unread_results(trace)})
+
+
 def test_the_merge_of_chunk_states_is_proved_for_chunks_of_any_lengths():
     v = merge_lemma()
     assert v.status is Status.PROVED, v.reason
@@ -167,6 +177,7 @@ def test_walk_kernels_match_the_reference(name, sizes, weights):
         assert "nl.memset" not in c.source  # the running state starts as chunk 0's: nothing to fill
         m = TARGET.run(c.source, inputs, timing_only=False)
         assert compare(m.outputs, want, tol).ok, c.describe()
+        assert not _unread_results(c.source, inputs), c.describe()
         # the scores' maxes ride on the instruction that takes them out of PSUM: the scale where
         # the variant has one there, else a copy as x * 1
         assert re.search(r"tensor_scalar_reduce\(dst=\w+\[[^]]*\], reduce_res=max_parts\[.*operand0=(1\.0|0\.088)"

@@ -6,7 +6,10 @@ from pathlib import Path
 import pytest
 
 from axon.search.optimize import optimize
+from axon.suite import SUITE
 from axon.targets.trainium.nki_api import lint
+from axon.targets.trainium.simulator import ShapeDtype, load_source, simulate
+from axon.targets.trainium.perfmodel import unread_results
 
 SNAPSHOTS = Path(__file__).with_name("snapshots")
 CASES = {
@@ -27,3 +30,8 @@ def test_the_emitted_kernel_is_its_snapshot(name, tmp_path, monkeypatch):
     assert not [f for f in lint(r.kernel_source, target="trn2") if f.severity == "error"]
     body = r.kernel_source.split('"""', 2)[2]
     assert "assert tuple(" in body and " = 0\n" not in body  # shapes checked at entry, no dead loop variables
+    prog, named = SUITE[name].program.generalized()
+    inputs = prog.random_inputs({**CASES[name], **named}, "bfloat16", seed=0)
+    shapes = {k: ShapeDtype(v.shape, "bfloat16") for k, v in inputs.items()}
+    trace = simulate(load_source(r.kernel_source), shapes, target="trn2", timing_only=True).trace
+    assert not unread_results(trace), "instructions whose results nothing reads"

@@ -157,3 +157,14 @@ def test_access_facts_for_the_model():
     assert dst.b_start == 128 * 2048 + 1024 and dst.b_stop == dst.b_start + 127 * 2048 + 512
     (src,) = load.reads
     assert (src.row_stride, src.rows, src.row_bytes) == (2048, 128, 1024)
+
+
+def test_unread_results_names_the_instructions_whose_results_nothing_reads():
+    from axon.targets.trainium.perfmodel import unread_results
+
+    r = simulate_source(MATMUL, "k", {"a": np.ones((256, 128), np.float32), "b": np.ones((256, 512), np.float32)})
+    assert unread_results(r.trace) == []  # every load feeds a matmul, the accumulator its copy, the copy the store
+    dead = MATMUL.replace("    nl.store(out, value=nl.copy(acc))",
+                          "    spare = nl.exp(acc)\n    nl.store(out, value=nl.copy(acc))")
+    r = simulate_source(dead, "k", {"a": np.ones((256, 128), np.float32), "b": np.ones((256, 512), np.float32)})
+    assert [(i.opcode, i.line) for i in unread_results(r.trace)] == [("activation", 13)]
