@@ -41,6 +41,10 @@ class TileLimits:
     free_max_sbuf_elems: int = 65536  # Vector/Scalar engine free size reading SBUF
     free_max_psum_elems: int = 4096  # Vector/Scalar engine free size reading PSUM
     bn_stats_free_max: int = 512
+    # Tensor Engine tiling mode: the PE array's rows and columns sliced into tiles of these sizes,
+    # on which matmuls with a smaller stationary tile run side by side: 2 x 64 on NeuronCore-v2,
+    # also 4 x 32 from v3 [isa nc_matmul, "Tiling mode"]
+    pe_tile_sizes: tuple = (128, 64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +374,7 @@ TRN2 = HardwareDescription(
     # SBUF 28 MiB = 128 x 224 KiB; 212984 B per partition usable by kernels [nki.language.sbuf].
     memory=MemoryLimits(partitions=128, sbuf_bytes_per_partition=212984,
                         psum_bytes_per_partition=16384, psum_bank_bytes=2048, psum_banks=8),
-    tiles=TileLimits(),
+    tiles=TileLimits(pe_tile_sizes=(128, 64, 32)),
     engines={  # clocks [arch trainium2_arch]
         Engine.TENSOR: EngineSpec(clock_ghz=2.4, access_start_cycles=64),
         Engine.VECTOR: EngineSpec(clock_ghz=0.96),

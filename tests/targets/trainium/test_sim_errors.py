@@ -116,6 +116,29 @@ def test_matmul_result_must_fit_one_psum_bank():
     """, r"must fit in one 2048-byte PSUM bank")
 
 
+def test_matmul_tiling_mode_is_checked_as_the_isa_states_it():
+    body = """
+    @nki.jit
+    def k(x):
+        a = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[0:64, 0:64])
+        p = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=p, stationary=a, moving=a, {args})  # <-
+    """
+    cases = [("tile_position=(64, 0)", "must both be set"),
+             ("tile_position=(32, 0), tile_size=(64, 128)", "starts at 32: a multiple of its size 64"),
+             ("tile_position=(0, 0), tile_size=(32, 128)", "contraction size 64 exceeds the row tile size 32"),
+             ("tile_position=(0, 96), tile_size=(64, 32)", "stationary free size 64 exceeds the column tile size 32"),
+             ("tile_position=(0, 0), tile_size=(48, 128)", "a row tile of 48 PEs; trn2 slices its array into 128 or 64 or 32"),
+             ("tile_position=(0, 64), tile_size=(128, 64), perf_mode=nisa.matmul_perf_mode.double_row",
+              "double_row performance mode cannot be combined with column tiling")]
+    for args, pattern in cases:
+        expect_error(body.format(args=args), pattern, target="trn2")
+    # 32-PE tiles are a NeuronCore-v3 feature
+    expect_error(body.format(args="tile_position=(0, 0), tile_size=(64, 32)"), "trn1 slices its array into 128 or 64",
+                 target="trn1")
+
+
 def test_uninitialised_read():
     expect_error("""
     @nki.jit

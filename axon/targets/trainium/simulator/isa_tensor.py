@@ -37,6 +37,7 @@ def nc_matmul(ctx, dst, stationary, moving, is_stationary_onezero=False, is_movi
                           f"{tiles.matmul_stationary_free_max}")
     if N > tiles.matmul_moving_free_max:
         raise KernelError(f"nisa.nc_matmul: moving free size {N} exceeds {tiles.matmul_moving_free_max}")
+    pe_tile = _pe_tile(ctx, tile_position, tile_size, K, M, perf_mode)
     check_layout(ctx, st, op, "stationary")
     check_layout(ctx, mv, op, "moving")
     if dst is not None:
@@ -58,7 +59,7 @@ def nc_matmul(ctx, dst, stationary, moving, is_stationary_onezero=False, is_movi
     reads = (st.region(), mv.region()) + ((reg,) if accumulate else ())
     ins = ctx.emit(op, Engine.TENSOR, K, N, mv.dtype, reads, (reg,),
                    {"stationary_free": M, "moving_free": N, "contraction": K,
-                    "accumulate": bool(accumulate)})
+                    "accumulate": bool(accumulate), **({"pe_tile": pe_tile} if pe_tile else {})})
     init = None
     if si is not None or mi is not None:
         s_ok = np.ones(M, bool) if si is None else si.reshape(K, M).all(axis=0)
@@ -73,6 +74,36 @@ def nc_matmul(ctx, dst, stationary, moving, is_stationary_onezero=False, is_movi
             vals = old.reshape(M, N) + vals
         init = and_init(init, None if oi is None else oi.reshape(M, N))
     return finish(ctx, out, fresh, vals, init, mask, ins)
+
+
+def _pe_tile(ctx, tile_position, tile_size, K: int, M: int, perf_mode):
+    """(start row, start column, rows, columns) of the PE-array tile a matmul runs on in tiling
+    mode, checked as the ISA states it; None for the whole array (neither argument given)."""
+    op = "nisa.nc_matmul"
+    if not tile_position and not tile_size:
+        return None
+    if not tile_position or not tile_size:
+        raise KernelError(f"{op}: tile_position and tile_size must both be set to use tiling mode")
+    try:
+        (r0, c0), (rows, cols) = ((int(a), int(b)) for a, b in (tile_position, tile_size))
+    except (TypeError, ValueError):
+        raise KernelError(f"{op}: tile_position and tile_size are (row, column) pairs of integers, got "
+                          f"{tile_position!r} and {tile_size!r}") from None
+    sizes, side = ctx.hw.tiles.pe_tile_sizes, ctx.hw.tiles.pmax
+    for what, start, size in (("row", r0, rows), ("column", c0, cols)):
+        if size not in sizes:
+            raise KernelError(f"{op}: a {what} tile of {size} PEs; {ctx.hw.name} slices its array into "
+                              f"{' or '.join(map(str, sizes))}")
+        if start < 0 or start % size or start + size > side:
+            raise KernelError(f"{op}: the {what} tile starts at {start}: a multiple of its size {size} "
+                              f"within the {side} PE {what}s")
+    if K > rows:
+        raise KernelError(f"{op}: contraction size {K} exceeds the row tile size {rows}")
+    if M > cols:
+        raise KernelError(f"{op}: stationary free size {M} exceeds the column tile size {cols}")
+    if perf_mode == "double_row" and cols < side:
+        raise KernelError(f"{op}: double_row performance mode cannot be combined with column tiling")
+    return (r0, c0, rows, cols)
 
 
 def nc_transpose(ctx, dst, data, engine=None, mask=None, dtype=None, name=None, **_):
