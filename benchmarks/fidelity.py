@@ -781,8 +781,9 @@ def run_all(entries, corpus, jobs, timeout_s):
                 results[name] = r
                 p.join()
                 del running[name]
+                model = f"model {r['latency_ns'] / 1e3:.1f} us " if r.get("latency_ns") else ""
                 print(f"{'ok ' if r['runs'] and r['match'] is not False else 'BAD'} {name}: "
-                      f"{r.get('error') or ''} ({r.get('seconds', 0):.0f} s)", flush=True)
+                      f"{r['error'] + ' ' if r.get('error') else model}({r.get('seconds', 0):.0f} s)", flush=True)
             elif not p.is_alive() or time.time() - start > timeout_s:
                 p.kill()
                 p.join()

@@ -15,7 +15,11 @@ Modelling decisions (numbers live in hardware.py, with their sources):
   have finished and that may go ahead of every earlier-issued, unstarted instruction of its
   engine; that is allowed only across iterations of an affine_range loop, at most
   `scheduler.affine_lookahead` iterations back (sequential_range iterations and statements of one
-  iteration keep their order): the Neuron compiler's reordering and its finite buffers.
+  iteration keep their order): the Neuron compiler's reordering and its finite buffers. One
+  exception: the Tensor Engine in tiling mode. A matmul with a `pe_tile` (its tile_position and
+  tile_size) holds only those cells of the 128 x 128 PE array (32 x 32 each) until it ends, so
+  matmuls on disjoint tiles run side by side; one without holds the whole array. Its busy time
+  is its duration times the share of the array it holds.
 - v2 shared ports: VectorE and GpSimdE instructions touching SBUF, and VectorE and ScalarE ones
   touching PSUM, never run at the same time (hw.access.shared_ports).
 - PSUM accumulation: an nc_matmul that accumulates into a PSUM region follows the previous matmul
@@ -777,6 +781,21 @@ class _Engine:
                 heappush(self.ready, c)
 
 
+_PE_CELL = 32  # the smallest PE tile side [isa nc_matmul]: the array is 4 x 4 cells of 32 x 32 PEs
+_PE_CELLS = tuple(range((128 // _PE_CELL) ** 2))
+
+
+def _pe_cells(ins: Instruction) -> tuple:
+    """The PE-array cells a Tensor Engine instruction holds: its tile's in tiling mode
+    (extra["pe_tile"] = (start row, start column, rows, columns)), else the whole array."""
+    tile = ins.extra.get("pe_tile")
+    if tile is None:
+        return _PE_CELLS
+    r0, c0, rows, cols = (v // _PE_CELL for v in tile)
+    side = 128 // _PE_CELL
+    return tuple(r * side + c for r in range(r0, r0 + rows) for c in range(c0, c0 + cols))
+
+
 def _choose(eng: _Engine, now: float, needs: list, port_free: list, scan: int, lookahead: int) -> int | None:
     """The instruction a free engine starts now: the first waiting one, in program order, whose
     shared ports are free and that may go ahead of the engine's unstarted earlier ones, looking at
@@ -884,8 +903,11 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         for j in p:
             succs[j].append(i)
     engines = {e: _Engine() for e in COMPUTE_ENGINES}
-    # shared SBUF/PSUM ports (v2): port index -> time free; per instruction the ports it holds
-    port_free = [0.0] * len(hw.access.shared_ports)
+    # shared SBUF/PSUM ports (v2), then the PE array's cells where the trace uses its tiling mode:
+    # resource index -> time free; per instruction the resources it holds
+    n_ports = len(hw.access.shared_ports)
+    tiled = any("pe_tile" in ins.extra for ins in trace)
+    port_free = [0.0] * (n_ports + (len(_PE_CELLS) if tiled else 0))
     needs: list = [()] * n
     for i, ins in enumerate(trace):
         if i in folded or ins.engine is Engine.DMA or i in repeated:
@@ -893,6 +915,8 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         engines[ins.engine].add(i, ins.extra.get("loops", ()))
         needs[i] = tuple(q for q, (mem, users) in enumerate(hw.access.shared_ports)
                          if ins.engine in users and any(r.memory.value == mem for r in ins.reads + ins.writes))
+        if tiled and ins.engine is Engine.TENSOR:
+            needs[i] += tuple(n_ports + c for c in _pe_cells(ins))
     for eng in engines.values():
         eng.close()
     ready_at = [0.0] * n
@@ -962,27 +986,31 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     def dispatch(now: float) -> None:
         nonlocal charged_flops
         for e, eng in engines.items():
-            if eng.free > now or not eng.ready:
-                continue
-            chosen = _choose(eng, now, needs, port_free, scan, lookahead)
-            if chosen is None:
-                continue
-            i, ins = chosen, trace[chosen]
-            if ins.opcode not in COSTS:
-                uncosted.add(ins.opcode)
-            # static overhead when it reads what its engine finished just before [isa]
-            b2b = (ins.opcode != "nc_matmul" and eng.last in raws[i]
-                   and abs(end_at[eng.last] - now) < _EPS)
-            dur = compute_cycles(ins, hw, b2b) * ns_per_cycle[e]
-            end = now + dur
-            eng.free = end
-            eng.last = i
-            eng.start(i, lookahead)
-            for q in needs[i]:
-                port_free[q] = end
-            charge(i, e.value, dur)
-            charged_flops += matmul_flops(ins)
-            finish(i, now, end, COMPUTE_ENGINES.index(e))
+            # an engine takes one instruction at a time, except the PE array in tiling mode: a
+            # matmul on a tile of it leaves the rest to others [isa nc_matmul, "Tiling mode"]
+            while eng.free <= now and eng.ready:
+                chosen = _choose(eng, now, needs, port_free, scan, lookahead)
+                if chosen is None:
+                    break
+                i, ins = chosen, trace[chosen]
+                if ins.opcode not in COSTS:
+                    uncosted.add(ins.opcode)
+                # static overhead when it reads what its engine finished just before [isa]
+                b2b = (ins.opcode != "nc_matmul" and eng.last in raws[i]
+                       and abs(end_at[eng.last] - now) < _EPS)
+                dur = compute_cycles(ins, hw, b2b) * ns_per_cycle[e]
+                end = now + dur
+                share = len(_pe_cells(ins)) / len(_PE_CELLS) if "pe_tile" in ins.extra else 1.0
+                eng.free = end if share == 1.0 else now  # its cells are held until `end` (needs)
+                eng.last = i
+                eng.start(i, lookahead)
+                for q in needs[i]:
+                    port_free[q] = end
+                charge(i, e.value, dur * share)
+                charged_flops += matmul_flops(ins)
+                finish(i, now, end, COMPUTE_ENGINES.index(e))
+                if share == 1.0:
+                    break
 
     dma_ready: list[int] = []
     in_flight = 0

@@ -221,3 +221,49 @@ def test_region_is_still_a_frozen_dataclass():
     assert repr(r).startswith("Region(buffer=3, memory=<Memory.HBM")
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.rows = 2
+
+
+def _matmuls_on(tiles: tuple, steps: int = 32) -> float:
+    """Latency of two accumulation chains of bf16 [128 x 64] x [128 x 512] matmuls, interleaved,
+    the first on PE tile tiles[0] and the second on tiles[1] (None: the whole array)."""
+    import textwrap
+
+    import ml_dtypes
+    import numpy as np
+
+    from axon.targets.trainium.simulator import simulate_source
+
+    arg = lambda t: "" if t is None else f", tile_position={t[0]}, tile_size={t[1]}"
+    src = "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n" + textwrap.dedent(f"""
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ta = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+        tb = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ta, src=a)
+        nisa.dma_copy(dst=tb, src=b)
+        p = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+        q = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+        for i in nl.sequential_range({steps}):
+            nisa.nc_matmul(dst=p, stationary=ta[:, 0:64], moving=tb{arg(tiles[0])})
+            nisa.nc_matmul(dst=q, stationary=ta[:, 64:128], moving=tb{arg(tiles[1])})
+        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r[0:64, :], src=p)
+        nisa.tensor_copy(dst=r[64:128, :], src=q)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+    """)
+    a, b = np.ones((128, 128), ml_dtypes.bfloat16), np.ones((128, 512), ml_dtypes.bfloat16)
+    trace = simulate_source(src, "k", {"a": a, "b": b}, target="trn2").trace
+    return perfmodel.estimate(trace, TRN2, serve_repeats=False).latency_ns
+
+
+def test_matmuls_on_different_pe_tiles_run_side_by_side_and_on_one_tile_in_turn():
+    left, right = ((0, 0), (128, 64)), ((0, 64), (128, 64))
+    whole, halves, same = _matmuls_on((None, None)), _matmuls_on((left, right)), _matmuls_on((left, left))
+    matmul_ns = 512 / TRN2.clock_ghz(Engine.TENSOR)  # N = 512 columns streamed per matmul
+    # 64 matmuls: side by side they take the time of 32 in a row, in turn (or whole) that of 64
+    assert whole - halves == pytest.approx(32 * matmul_ns, rel=0.15)
+    assert same == pytest.approx(whole, rel=0.01)
+    # a whole-array matmul waits for the tiled ones before it and they for it
+    assert _matmuls_on((left, None)) == pytest.approx(whole, rel=0.01)
