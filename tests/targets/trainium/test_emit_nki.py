@@ -50,3 +50,23 @@ def test_direct_lowering_is_one_pass_per_operator():
     cand = direct_lowering("softmax_matmul", b.program.graph, b.sizes("small"), TARGET, "bfloat16", Lowerer(TARGET))
     assert len(cand.passes) == 6 and cand.fusion == "unfused" and cand.rewrites == ()
     assert cand.source.count("buffer=nl.hbm") == 5  # intermediates round-trip through HBM
+
+
+@pytest.mark.parametrize("name", sorted(SUITE))
+def test_no_emitted_kernel_computes_what_nothing_reads(name):
+    """Every candidate of every proved variant (the first 30 at the small case): no instruction
+    whose on-chip result no later instruction reads (perfmodel.unread_results), which the model
+    would time and a reader would wonder about."""
+    from axon.rewriting import discover
+    from axon.targets.trainium.perfmodel import unread_results
+    from axon.targets.trainium.simulator import ShapeDtype, load_source, simulate
+
+    prog, named = SUITE[name].program.generalized()
+    sizes = {**SUITE[name].sizes("small"), **named}
+    nu, _ = discover(prog.graph)
+    variants = [(v.graph, ()) for v in nu.extract_variants(limit=4)]
+    cands = enumerate_candidates(name, variants, sizes, TARGET, "bfloat16", Lowerer(TARGET), Counts())
+    shapes = {k: ShapeDtype(v.shape, "bfloat16") for k, v in prog.input_shapes(sizes, "bfloat16").items()}
+    for c in cands[:30]:
+        trace = simulate(load_source(c.source), shapes, target="trn2", timing_only=True).trace
+        assert not unread_results(trace), f"{c.describe()}: lines {sorted({i.line for i in unread_results(trace)})}"
