@@ -17,7 +17,7 @@ Modelling decisions (numbers live in hardware.py, with their sources):
   `scheduler.affine_lookahead` iterations back (sequential_range iterations and statements of one
   iteration keep their order): the Neuron compiler's reordering and its finite buffers. One
   exception: the Tensor Engine in tiling mode. A matmul with a `pe_tile` (its tile_position and
-  tile_size) holds only those cells of the 128 x 128 PE array (32 x 32 each) until it ends, so
+  tile_size) holds only those cells of the PE array (squares of the smallest tile) until it ends, so
   matmuls on disjoint tiles run side by side; one without holds the whole array. Its busy time
   is its duration times the share of the array it holds.
 - v2 shared ports: VectorE and GpSimdE instructions touching SBUF, and VectorE and ScalarE ones
@@ -781,18 +781,18 @@ class _Engine:
                 heappush(self.ready, c)
 
 
-_PE_CELL = 32  # the smallest PE tile side [isa nc_matmul]: the array is 4 x 4 cells of 32 x 32 PEs
-_PE_CELLS = tuple(range((128 // _PE_CELL) ** 2))
+def _pe_grid(hw: HardwareDescription) -> tuple[int, int]:
+    """(cell side, cells per side) of the PE array (pmax x pmax PEs) cut into squares of its
+    smallest tile side: the units tiling mode hands out."""
+    cell = min(hw.tiles.pe_tile_sizes)
+    return cell, hw.tiles.pmax // cell
 
 
-def _pe_cells(ins: Instruction) -> tuple:
+def _pe_cells(ins: Instruction, hw: HardwareDescription) -> tuple:
     """The PE-array cells a Tensor Engine instruction holds: its tile's in tiling mode
-    (extra["pe_tile"] = (start row, start column, rows, columns)), else the whole array."""
-    tile = ins.extra.get("pe_tile")
-    if tile is None:
-        return _PE_CELLS
-    r0, c0, rows, cols = (v // _PE_CELL for v in tile)
-    side = 128 // _PE_CELL
+    (extra["pe_tile"] = (start row, start column, rows, columns)), else all of them."""
+    cell, side = _pe_grid(hw)
+    r0, c0, rows, cols = (v // cell for v in ins.extra.get("pe_tile", (0, 0, cell * side, cell * side)))
     return tuple(r * side + c for r in range(r0, r0 + rows) for c in range(c0, c0 + cols))
 
 
@@ -907,7 +907,8 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
     # resource index -> time free; per instruction the resources it holds
     n_ports = len(hw.access.shared_ports)
     tiled = any("pe_tile" in ins.extra for ins in trace)
-    port_free = [0.0] * (n_ports + (len(_PE_CELLS) if tiled else 0))
+    n_cells = _pe_grid(hw)[1] ** 2
+    port_free = [0.0] * (n_ports + (n_cells if tiled else 0))
     needs: list = [()] * n
     for i, ins in enumerate(trace):
         if i in folded or ins.engine is Engine.DMA or i in repeated:
@@ -916,7 +917,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
         needs[i] = tuple(q for q, (mem, users) in enumerate(hw.access.shared_ports)
                          if ins.engine in users and any(r.memory.value == mem for r in ins.reads + ins.writes))
         if tiled and ins.engine is Engine.TENSOR:
-            needs[i] += tuple(n_ports + c for c in _pe_cells(ins))
+            needs[i] += tuple(n_ports + c for c in _pe_cells(ins, hw))
     for eng in engines.values():
         eng.close()
     ready_at = [0.0] * n
@@ -1000,7 +1001,7 @@ def _estimate(trace: list[Instruction], hw: HardwareDescription, keep_schedule: 
                        and abs(end_at[eng.last] - now) < _EPS)
                 dur = compute_cycles(ins, hw, b2b) * ns_per_cycle[e]
                 end = now + dur
-                share = len(_pe_cells(ins)) / len(_PE_CELLS) if "pe_tile" in ins.extra else 1.0
+                share = len(_pe_cells(ins, hw)) / n_cells if "pe_tile" in ins.extra else 1.0
                 eng.free = end if share == 1.0 else now  # its cells are held until `end` (needs)
                 eng.last = i
                 eng.start(i, lookahead)
