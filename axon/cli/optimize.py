@@ -45,6 +45,8 @@ def parse_sizes(text: str) -> dict[str, int]:
         name, eq, value = part.strip().partition("=")
         if not eq or not name.isidentifier() or not value.strip().isdigit() or int(value) <= 0:
             raise InputError(f"bad --sizes {text!r}; expected NAME=POSITIVE_INT,... e.g. m=1024,k=4096,n=4096")
+        if name in out and out[name] != int(value):
+            raise InputError(f"bad --sizes {text!r}: {name} is given twice ({out[name]} and {int(value)})")
         out[name] = int(value)
     return out
 

@@ -4,20 +4,31 @@ from __future__ import annotations
 from numbers import Real
 
 from axon.errors import ShapeError, UnsupportedError
-from axon.frontend.tracer import Tensor, Trace, _user_location
-from axon.semantics.ops import ConcatParams, IotaParams, Op
+from axon.frontend.tracer import Tensor, Trace, _finite, _user_location
+from axon.ir import Node
+from axon.semantics.ops import ConcatParams, ConstParams, IotaParams, Op
 from axon.semantics.sizes import Size
 
 
 def _traced(op: Op, *args):
-    tensors = [a for a in args if isinstance(a, Tensor)]
-    if not tensors:
-        raise UnsupportedError(f"axon.{op.value} needs a traced tensor argument (inside an @axon.program)")
-    first = tensors[0]
     for a in args:
-        if not isinstance(a, (Tensor, Real)) or isinstance(a, bool):
-            raise UnsupportedError(f"axon.{op.value}: argument of type {type(a).__name__} is not supported")
-    return first.trace.apply(op, [first._lift(a) for a in args])
+        if not isinstance(a, (Tensor, Real, Size)) or isinstance(a, bool):
+            raise UnsupportedError(f"{_user_location()}axon.{op.value}: argument of type {type(a).__name__} "
+                                   "is not supported")
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    if tensors:
+        first = tensors[0]
+        return first.trace.apply(op, [first._lift(a) for a in args])
+    # only numbers and sizes (axon.rsqrt(q.shape[-1])): a constant of the program being traced
+    trace = Trace.active
+    if trace is None:
+        raise UnsupportedError(f"axon.{op.value} needs a traced tensor or a size argument (inside an @axon.program)")
+    return trace.apply(op, [constant(a, trace) for a in args])
+
+
+def constant(value, trace: Trace) -> Tensor:
+    """A number or a size as a rank-0 tensor of `trace`."""
+    return Tensor(Node(Op.CONST, (), ConstParams(value if isinstance(value, Size) else _finite(value)), ()), trace)
 
 
 def _unary(op: Op):

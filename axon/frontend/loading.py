@@ -32,10 +32,21 @@ def load_from_file(path: str, name: str, what: str = "object"):
             del sys.modules[module_name]
             if isinstance(err, AxonError):
                 raise
-            raise InputError(f"cannot import {path}: {type(err).__name__}: {err}") from None
+            raise InputError(f"cannot import {path}{_line_in(err, path)}: {type(err).__name__}: {err}") from None
     if not hasattr(module, name):
         raise InputError(f"{path} has no {what} {name!r}")
     return getattr(module, name)
+
+
+def _line_in(err: BaseException, path: str) -> str:
+    """':LINE' of the innermost frame of `err`'s traceback in the file `path` (where the user's
+    code failed), or ''."""
+    line, tb = "", err.__traceback__
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(path):
+            line = f":{tb.tb_lineno}"
+        tb = tb.tb_next
+    return line
 
 
 def load_program(spec: str) -> tuple[Program, Optional[object]]:

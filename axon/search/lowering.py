@@ -88,6 +88,19 @@ class Program:
         return "; ".join(f"s{i} = {s}" for i, s in enumerate(self.steps))
 
 
+def _described(node: Node) -> tuple[str, str]:
+    """The operator that found no lowering, as an error names it (its operands' operators), and
+    why where it is known: a reduction or scan over another axis than the last (instructions
+    reduce and scan along a tile's free axis, the last)."""
+    what = f"{node.op.value}({', '.join(i.op.value for i in node.inputs)})"
+    axis = getattr(node.params, "axis", None)
+    if OP_SPECS[node.op].kind in (OpKind.REDUCE, OpKind.SCAN) and axis not in (None, len(node.inputs[0].shape) - 1):
+        shape = ", ".join(map(str, node.inputs[0].shape))
+        return (f"{what} over axis {axis} of ({shape})",
+                "instructions reduce and scan along the last axis only")
+    return what, ""
+
+
 def _rename(size: Size, names: dict) -> Size:
     return Size({tuple(sorted(names.get(s, s) for s in mono)): c for mono, c in size.terms})
 
@@ -110,8 +123,8 @@ class Lowerer:
     def target_name(self) -> str:
         return getattr(self.target, "name", "this target")
 
-    def _fail(self, what: str):
-        raise UnsupportedError(f"no instruction sequence implements {what} on {self.target_name}")
+    def _fail(self, what: str, why: str = ""):
+        raise UnsupportedError(f"no instruction sequence implements {what} on {self.target_name}" + (f": {why}" if why else ""))
 
     # -- one operator, or a group --------------------------------------------------------------
     def _group_synthesizer(self):
@@ -155,7 +168,7 @@ class Lowerer:
         _, found = self._lowerings([node], [node], _memories_for([node], [node], memories))
         found = [lw for lw in found if not _reads_transposed(lw)]
         if not found:
-            self._fail(f"{node.op.value}({', '.join(i.op.value for i in node.inputs)})")
+            self._fail(*_described(node))
         self.sources[node.op.value] = f"synthesis, {found[0].verdict_status}"
         return found[0]
 

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Optional, Union
 from axon.frontend.loading import load_program
 from axon.errors import AxonError, InputError, UnsupportedError
 from axon.fusion.nodes import FUSION_MODES, RowWorld
-from axon.frontend.program import Program
+from axon.frontend.program import Program, program_of
 from axon.search.candidates import (Candidate, Counts, Plans, check_lowerable, direct_lowering, enumerate_candidates,
                                     with_header_line)
 from axon.search.check import check as check_with_data, plan_rows
@@ -35,7 +35,7 @@ from axon.search.database import code_fingerprint
 from axon.search.executor import make_executor
 from axon.search.select import WORK_PER_S, ResultCache, Timing, default_cache, rank
 from axon.semantics.bounds import describe
-from axon.semantics.evaluate import check_constraints, dtype_named
+from axon.semantics.evaluate import check_constraints, dtype_named, fold_constants
 
 DEFAULT_BUDGET_S = 45.0  # ranking work, in seconds of a 2-core machine (select.WORK_PER_S: counted in
 # simulated instructions, so the same on any machine); checks and the symbolic phase come on top
@@ -179,6 +179,8 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
         from axon.fusion.kernels import partition
         from axon.search.pipeline import optimize_pipeline
 
+        folded = fold_constants(prog.graph, resolve_sizes(prog, bench, sizes))
+        prog = prog if folded is prog.graph else program_of(folded, prog.name)
         try:
             part = partition(prog.graph)
         except UnsupportedError:
@@ -202,6 +204,9 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     given = sizes = resolve_sizes(prog, bench, sizes)
     prog, named = prog.generalized()  # literal dimensions searched as named ones bound to their value
     sizes = {**sizes, **named}
+    folded = fold_constants(prog.graph, sizes)  # 1 / sqrt(d) of a size d: the kernel's immediate
+    if folded is not prog.graph:
+        prog = program_of(folded, prog.name)
     dtype_named(dtype)
     if dtype not in ("float32", "bfloat16", "float16"):
         raise UnsupportedError(f"dtype {dtype} is not supported by the kernels Axon emits (float32, bfloat16, float16)")
@@ -251,7 +256,10 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         vi = next((i for i, (g, _) in enumerate(pool) if _lowers(g, lowerer)), None)
         if vi is None:
             raise NotOneKernel(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
-        baseline = direct_lowering(prog.name, pool[vi][0], sizes, tgt, dtype, lowerer)
+        try:
+            baseline = direct_lowering(prog.name, pool[vi][0], sizes, tgt, dtype, lowerer)
+        except UnsupportedError as err:
+            raise NotOneKernel(f"{prog.name} cannot be implemented on {tgt.name}: {err}") from None
         baseline.variant, baseline.rewrites = vi, pool[vi][1]
         say(f"the program as written has no kernel ({err}): the baseline is the direct lowering of variant {vi}")
     plans = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say,

@@ -12,9 +12,9 @@ import ml_dtypes
 import numpy as np
 
 from axon.errors import InputError
-from axon.ir import Graph
+from axon.ir import Graph, Node, make_node
 from axon.semantics.algebra import const_value
-from axon.semantics.ops import OP_SPECS, Op, concrete_params
+from axon.semantics.ops import OP_SPECS, ConstParams, Op, concrete_params
 from axon.semantics.sizes import bind_shape, format_shape
 
 FLOAT_DTYPES = {
@@ -105,3 +105,24 @@ def _fill(env: dict, graph: Graph, arrays, binding) -> None:
             params = concrete_params(node.params, binding)
             env[node] = np.asarray(OP_SPECS[node.op].numpy(args, params, bind_shape(node.shape, binding)),
                                    dtype=np.float64)
+
+
+def fold_constants(graph: Graph, binding: Mapping[str, int]) -> Graph:
+    """`graph` at the sizes `binding` with every computation on constants alone (1 / sqrt(d) of a
+    size d: `axon.rsqrt(q.shape[-1])`) replaced by its float64 value: equal to `graph` at those
+    sizes. A kernel takes such a value as an immediate; unchanged when there is none."""
+    new: dict = {}
+    for node in graph.nodes():
+        ins = [new.get(i, i) for i in node.inputs]
+        if node.op not in (Op.INPUT, Op.CONST, Op.IOTA) and ins and all(i.op is Op.CONST for i in ins):
+            args = [np.float64(const_value(i.params.value, binding)) for i in ins]
+            with np.errstate(all="ignore"):
+                value = OP_SPECS[node.op].numpy(args, concrete_params(node.params, binding), ())
+            if np.isfinite(value):  # else left as it is: the stage that cannot take it says so
+                new[node] = Node(Op.CONST, (), ConstParams(float(value)), ())
+                continue
+        if any(i is not j for i, j in zip(ins, node.inputs)):
+            new[node] = make_node(node.op, ins, node.params)
+    if not new:
+        return graph
+    return Graph(graph.inputs, tuple(new.get(o, o) for o in graph.outputs), graph.constraints)

@@ -118,3 +118,14 @@ def test_random_inputs_depend_on_the_seed_only_not_on_the_threads_drawing_them(m
     assert not np.array_equal(other["x"], one["x"]) and not np.array_equal(one["x"], one["w"][:64, :96])
     x = np.asarray(one["x"], np.float64)
     assert abs(x.mean()) < 0.05 and abs(x.std() - 1) < 0.05  # standard normal
+
+
+def test_a_file_that_fails_to_import_is_one_line_naming_the_line_that_failed(tmp_path):
+    from axon.frontend.loading import load_program
+
+    path = tmp_path / "model.py"
+    path.write_text("import axon\n\n@axon.program(q=('s', 'd'))\ndef f(q):\n    return q * q.shape[1] ** -0.5\n")
+    with pytest.raises(InputError) as info:
+        load_program(f"{path}:f")
+    message = str(info.value)
+    assert "\n" not in message and f"{path}:5: TypeError" in message

@@ -65,3 +65,38 @@ def test_optimize_a_program_with_comparisons():
     r = optimize(step_mask, {"m": 128, "n": 256}, dtype="float32")
     assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
     assert "nl.greater" in r.kernel_source and "nl.greater_equal" in r.kernel_source
+
+
+@axon.program(q=("s", "d"), k=("t", "d"))
+def scaled_by_rsqrt_of_a_size(q, k):
+    return (q @ k.T) * axon.rsqrt(q.shape[-1])
+
+
+def test_a_function_of_a_size_is_a_rank_0_constant_of_the_program():
+    g = scaled_by_rsqrt_of_a_size.graph
+    scale = g.outputs[0].inputs[1]
+    assert scale.op.value == "rsqrt" and scale.shape == () and str(scale.inputs[0].params.value) == "d"
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((3, 16)), rng.standard_normal((5, 16))
+    np.testing.assert_allclose(scaled_by_rsqrt_of_a_size(q, k), (q @ k.T) / 4.0, rtol=1e-15)
+    with pytest.raises(axon.UnsupportedError, match="inside an @axon.program"):
+        axon.rsqrt(16)  # no program is being traced
+
+
+def test_a_function_of_a_size_is_proved_as_a_function_of_that_size():
+    @axon.program(q=("s", "d"), k=("t", "d"))
+    def divided(q, k):
+        return (q @ k.T) / axon.sqrt(q.shape[1])
+
+    @axon.program(q=("s", "d"), k=("t", "d"))
+    def by_the_wrong_size(q, k):
+        return (q @ k.T) / axon.sqrt(q.shape[0])
+
+    assert axon.verify(scaled_by_rsqrt_of_a_size, divided).status.value == "proved"
+    assert axon.verify(scaled_by_rsqrt_of_a_size, by_the_wrong_size).status.value == "refuted"
+
+
+def test_optimize_folds_a_function_of_a_size_into_the_kernels_immediate():
+    r = optimize(scaled_by_rsqrt_of_a_size, {"s": 128, "t": 256, "d": 64}, dtype="float32")
+    assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
+    assert "0.125" in r.kernel_source  # 1 / sqrt(64), evaluated at the case's sizes

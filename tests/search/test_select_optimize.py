@@ -87,6 +87,8 @@ def test_sizes_that_do_not_match_the_program():
 def test_bad_sizes_on_the_cli(capsys):
     assert main(["optimize", "matmul", "--sizes", "m=abc"]) == 2
     assert "bad --sizes" in capsys.readouterr().err
+    assert main(["optimize", "matmul", "--sizes", "m=128,k=128,n=512,n=256"]) == 2
+    assert "n is given twice (512 and 256)" in capsys.readouterr().err
 
 
 def test_a_program_no_kernel_can_implement():
@@ -96,6 +98,22 @@ def test_a_program_no_kernel_can_implement():
 
     with pytest.raises(UnsupportedError, match="column_sums"):
         optimize(column_sums, {"m": 128, "n": 128})
+
+    @axon.program(x=("b", "s", "d"))
+    def middle_sums(x):
+        return x.sum(axis=1)
+
+    with pytest.raises(UnsupportedError, match=r"middle_sums .* sum\(input\) over axis 1 of \(b, s, d\) on trn2: "
+                                                "instructions reduce and scan along the last axis only"):
+        optimize(middle_sums, {"b": 128, "s": 4, "d": 128})
+
+    @axon.program(x=("m", "n"))
+    def transposed_softmax(x):
+        e = axon.exp(x.T - x.T.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)).T
+
+    with pytest.raises(UnsupportedError, match="transposed_softmax cannot be implemented on trn2: transpose"):
+        optimize(transposed_softmax, {"m": 128, "n": 256})
 
 
 def test_no_tiling_fits():
