@@ -112,5 +112,9 @@ def narrowing(small: Sequence[dict], failing: Sequence[dict]) -> Optional[list[S
                                            -sum(f[o[0]] < o[1] for f in left), o))
         bounds[d] = max(bounds.get(d, 1), n)
         left = [f for f in left if kept(f)]
+    for d in sorted(bounds):  # a bound taken early that a later one made redundant leaves out sizes for nothing
+        rest = {k: v for k, v in bounds.items() if k != d}
+        if not any(all(f[k] >= v for k, v in rest.items()) for f in failing):
+            bounds = rest
     facts = [SizeFact(Size.of(d), minimum=n) for d, n in sorted(bounds.items())]
     return facts if any(kept(b) for b in small) else None

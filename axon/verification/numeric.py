@@ -17,6 +17,7 @@ are zero for every input: sizes the claim of a proof must leave out.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -72,13 +73,30 @@ def valid_binding(binding: Mapping[str, int], nodes: Sequence[Node], constraints
     return True
 
 
+def least_sizes(dims: Sequence[str], nodes: Sequence[Node]) -> dict[str, int]:
+    """Per dimension, the least value every size of one dimension alone keeps positive: 17 for n
+    where a program slices x[:, 16:] (size n - 16). Other sizes (m - n, m * n) are checked by
+    `valid_binding` as they are."""
+    least = {d: 1 for d in dims}
+    for node in nodes:
+        for size in node.shape:
+            (name,) = size.symbols if len(size.symbols) == 1 else (None,)
+            coeff = dict(size.terms).get((name,))
+            if name in least and coeff is not None and coeff > 0 and len(size.terms) <= 2 and \
+                    all(m in ((), (name,)) for m, _ in size.terms):
+                least[name] = max(least[name], math.ceil((1 - size.constant) / coeff))
+    return least
+
+
 def bindings(dims: Sequence[str], nodes: Sequence[Node], constraints, count: int,
              rng: np.random.Generator) -> list[dict[str, int]]:
-    """Up to `count` valid size bindings: distinct values first, then random small ones."""
+    """Up to `count` valid size bindings: distinct values first, then random small ones, each
+    counted from the dimension's least size (`least_sizes`: a slice x[:, 16:] needs n >= 17)."""
     found: list[dict[str, int]] = []
-    candidates = [{d: 2 + i for i, d in enumerate(dims)}, {d: 2 * (2 + i) for i, d in enumerate(dims)}]
+    base = {d: v - 1 for d, v in least_sizes(dims, nodes).items()}
+    candidates = [{d: base[d] + 2 + i for i, d in enumerate(dims)}, {d: base[d] + 2 * (2 + i) for i, d in enumerate(dims)}]
     for _ in range(200):
-        candidates.append({d: int(rng.integers(1, 6)) for d in dims})
+        candidates.append({d: base[d] + int(rng.integers(1, 6)) for d in dims})
     for binding in candidates:
         if len(found) >= count:
             break

@@ -27,6 +27,14 @@ class Undefined(Exception):
     """A term with no value (division by the constant 0): such a program is not proved."""
 
 
+class TooLarge(Exception):
+    """A term whose expansion passes MAX_PRODUCT_TERMS: such a program is not proved."""
+
+
+MAX_PRODUCT_TERMS = 250_000  # term pairs one product of polynomials may expand (x := x*x + x nested
+#                              9 times: 256 x 256 terms, 5 s; once more would take minutes)
+
+
 # --- atoms -----------------------------------------------------------------------------------
 class Atom:
     __slots__ = ("key", "free", "level", "_hash")
@@ -173,11 +181,15 @@ class Poly:
 
     def __mul__(self, other) -> "Poly":
         other = Poly.of(other)
-        total = Poly({})
-        for m1, c1 in self.terms:
+        if len(self.terms) * len(other.terms) > MAX_PRODUCT_TERMS:
+            raise TooLarge(f"a product of polynomials of {len(self.terms)} and {len(other.terms)} terms "
+                           f"expands past {MAX_PRODUCT_TERMS} term pairs")
+        total: dict[Monomial, Fraction] = {}  # summed once at the end: adding product by product
+        for m1, c1 in self.terms:             # made a product of n-term polynomials cost n^3
             for m2, c2 in other.terms:
-                total = total + monomial(c1 * c2, _merge(m1, m2))
-        return total
+                for m, c in monomial(c1 * c2, _merge(m1, m2)).terms:
+                    total[m] = total.get(m, Fraction(0)) + c
+        return Poly(total)
 
     __rmul__ = __mul__
 
@@ -380,7 +392,10 @@ def _integral(p: Poly) -> bool:
 
 
 def _quotient(t: Poly, b: Poly) -> Optional[Poly]:
-    """t / b when b is one monomial dividing the monomial t exactly (integer coefficient), else None."""
+    """t / b when b is one monomial dividing the monomial t exactly (integer coefficient), else None
+    (a divisor of several terms, n - 1, included)."""
+    if t.monomial is None or b.monomial is None:
+        return None
     (ct, mt), (cb, mb) = t.monomial, b.monomial
     factors = dict(mt)
     for atom, e in mb:

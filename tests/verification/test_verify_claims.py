@@ -318,6 +318,24 @@ def test_narrowing_over_two_dimensions():
     assert not v.covers({"m": 1, "k": 3}) and not v.covers({"m": 3, "k": 1}) and v.covers({"m": 2, "k": 2})
 
 
+def test_a_narrowing_keeps_no_bound_a_later_one_made_redundant_and_says_where_divisors_vanish():
+    """x * (k - 3) / (k - 3) fails at k = 3 only; lower bounds cannot leave out one size, so
+    k >= 4, and no bound on m (the greedy took m >= 3 on the way, for nothing)."""
+    @axon.program(x=("m", "k"))
+    def scaled_and_back(x):
+        return x * (x.shape[1] - 3) / (x.shape[1] - 3)
+
+    @axon.program(x=("m", "k"))
+    def plain(x):
+        return x * 1.0
+
+    v = verdict(scaled_and_back, plain)
+    assert v.status is Status.PROVED and v.conditions == ("k >= 4",), v
+    assert v.covers({"m": 1, "k": 4}) and not v.covers({"m": 5, "k": 3})
+    assert "a divisor is zero for every input at m=1, k=3" in v.reason
+    assert differ_at(scaled_and_back, plain, {"m": 2, "k": 3})
+
+
 def test_a_narrowed_claim_is_no_rewrite():
     """Rewrites apply at every size the program takes: propagation and synthesis use check_nodes."""
     v = Verifier().check_nodes(cancelled_in_sum.graph.outputs[0], plain_sum.graph.outputs[0])
@@ -361,3 +379,22 @@ def test_a_number_against_an_infinity_is_flagged():
 
     v = verdict(relu_x, through_inf)
     assert v.status is Status.REFUTED and np.isinf(v.counterexample["b"])
+
+
+def _nested(depth, step):
+    @axon.program(x=("m", "n"))
+    def f(x):
+        for _ in range(depth):
+            x = step(x)
+        return x
+    return f
+
+
+def test_a_polynomial_of_high_degree_is_expanded_in_bounded_time_or_left_undecided():
+    """x := x * x + x nested: the degree doubles per level. Depth 7 (degree 128) proves in about a
+    second; depth 10 would expand a product of 512 x 512 terms, past MAX_PRODUCT_TERMS: undecided
+    at once, with the reason, instead of minutes of expansion."""
+    v = Verifier().check_programs(_nested(7, lambda x: x * x + x).graph, _nested(7, lambda x: x * (x + 1.0)).graph)
+    assert v.status is Status.PROVED, v
+    v = Verifier().check_programs(_nested(10, lambda x: x * x + x).graph, _nested(10, lambda x: x * (x + 1.0)).graph)
+    assert v.status is Status.UNKNOWN and "expands past" in v.reason, v

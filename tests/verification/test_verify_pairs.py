@@ -335,6 +335,27 @@ def gated_twin(x, w1, w2):  # silu gate on the wrong projection
     return F.silu(x @ w2) * (x @ w1)
 
 
+
+@axon.program(x=("m", "n"))
+def far_columns(x):  # valid from n = 17 on: the refuter's sizes must start there
+    return x[:, 16:]
+
+
+@axon.program(x=("m", "n"))
+def far_columns_twin_sqrt_square(x):  # |x|, not x
+    return F.sqrt(x[:, 16:] * x[:, 16:])
+
+
+@axon.program(x=("m", "2*h"))
+def max_of_strided_parts(x):
+    return F.maximum(x[:, ::2].max(axis=1, keepdims=True), x[:, 1::2].max(axis=1, keepdims=True))
+
+
+@axon.program(x=("m", "2*h"))
+def max_twin_dropping_a_column(x):  # differs only where a row's maximum is in column h
+    h = x.shape[1] // 2
+    return F.maximum(x[:, :h].max(axis=1, keepdims=True), x[:, h + 1:].max(axis=1, keepdims=True))
+
 EQUIVALENT = [
     (SUITE["rmsnorm_matmul"].program, rms_scale_after),
     (SUITE["rmsnorm_matmul"].program, rms_sum_over_k),
@@ -379,6 +400,8 @@ NOT_EQUIVALENT = [
     (cumsum_of_affine, cumsum_twin_shift),
     (cumsum_rows, cumsum_cols_twin),
     (relu_difference, relu_sum_twin),
+    (far_columns, far_columns_twin_sqrt_square),
+    (max_of_strided_parts, max_twin_dropping_a_column),
     (max_plus_min, max_twice_twin),
     (scalar_first, scalar_twin),
     (SUITE["gated_projection"].program, gated_twin),
