@@ -22,6 +22,10 @@ def add_arguments(parser) -> None:
     group.add_argument("--case", help="a benchmark shape case (default: small)")
     group.add_argument("--sizes", help="concrete sizes, e.g. m=1024,k=4096,n=4096")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    parser.add_argument("--intermediates", default="any", choices=["any", "float32"],
+                        help="values between instructions of a bfloat16/float16 kernel: 'any' (default) keeps "
+                             "them in that dtype where faster, within the error bounds of that choice; 'float32' "
+                             "always in float32 (attention's scores: more accurate, slower)")
     parser.add_argument("-o", "--out-dir", default="axon_out", help="where the kernel, trace and JSON go")
     parser.add_argument("--json", dest="json_path", help="also write the JSON summary here")
     from axon.search.optimize import DEFAULT_BUDGET_S
@@ -59,7 +63,8 @@ def run(args) -> int:
     progress = None if args.quiet else (lambda s: print(f"axon: {s}", file=sys.stderr, flush=True))
     result = optimize(args.program, sizes, target=args.target, dtype=args.dtype,
                       budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S,
-                      out_dir=args.out_dir, progress=progress, executor=make_executor(args.workers, args.ray))
+                      out_dir=args.out_dir, progress=progress, executor=make_executor(args.workers, args.ray),
+                      intermediates=args.intermediates)
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(json.dumps(result.to_json(), indent=2) + "\n")

@@ -221,17 +221,19 @@ def check_lowerable(world: RowWorld, lowerer) -> None:
 def enumerate_candidates(name: str, variants: list[tuple[Graph, tuple[str, ...]]], sizes, target, dtype: str,
                          lowerer, counts: Counts, per_pass: int = 8, per_combo: int = 24,
                          progress: Optional[Callable[[str], None]] = None,
-                         modes: tuple[str, ...] = FUSION_MODES, plans: bool = False) -> list[Candidate]:
+                         modes: tuple[str, ...] = FUSION_MODES, plans: bool = False,
+                         wide_only: bool = False) -> list[Candidate]:
     """`modes`: the fusion modes to try (("unfused",) is the no-fusion ablation). `plans`: the
     candidates unemitted, with their static costs, every lowering alternative of every combo
     (`Plans` emits them when the search reaches them: at Llama sizes a build takes ~10 ms and
-    the model ranks a few dozen of the thousands); else each emitted, distinct sources only."""
+    the model ranks a few dozen of the thousands); else each emitted, distinct sources only.
+    `wide_only`: intermediates in float32 only, never in a half-precision kernel's own dtype."""
     limits = target.limits()
     # engine placement is Axon's choice where the target has engines to spread over; the direct
     # lowering keeps every instruction on its default engine
     engines = "balanced" if getattr(target, "engine_balance", False) else "default"
     # intermediates in a half-precision kernel's own dtype are a choice too (Options.precision)
-    precisions = ("f32",) if dtype == "float32" else ("f32", "kernel")
+    precisions = ("f32",) if dtype == "float32" or wide_only else ("f32", "kernel")
     out: list[Candidate] = []
     seen: set[str] = set()
     for vi, (graph, rewrites) in enumerate(variants):

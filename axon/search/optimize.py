@@ -154,6 +154,9 @@ def get_target(name: str):
 
 
 # --- the pipeline --------------------------------------------------------------------------
+INTERMEDIATES = ("any", "float32")  # optimize(intermediates=...): see optimize
+
+
 class NotOneKernel(UnsupportedError):
     """No variant of the program is one kernel: it is optimized as several (search.pipeline)."""
 
@@ -161,17 +164,22 @@ class NotOneKernel(UnsupportedError):
 def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16", *, budget_s: float = DEFAULT_BUDGET_S,
              variants: int = 8, out_dir: Optional[Union[str, Path]] = None, cache: Optional[ResultCache] = None,
              progress: Optional[Callable[[str], None]] = None, seed: int = 0, algebra: bool = True,
-             fusion: bool = True, executor=None):
+             fusion: bool = True, executor=None, intermediates: str = "any"):
     """The fastest correct kernel for `program` at `sizes` (an OptimizeResult); a program that no
     kernel implements whole (a transformer block) is cut into kernels (fusion.kernels) and gives a
     PipelineResult (search.pipeline). The ablations of the benchmark report: `algebra=False`
     searches only the program as written (no propagation variants, no proofs); `fusion=False`
-    gives every operator its own pass (tiling and layout are still searched). `executor`
+    gives every operator its own pass (tiling and layout are still searched). `intermediates`:
+    "any" lets a half-precision kernel keep values between instructions in its own dtype where
+    that is faster (checked within the error bounds of that choice), "float32" keeps them in
+    float32 (attention's scores and exponentials: more accurate, slower). `executor`
     (search.executor) runs the timing simulations, several at once; the default is a process per
     usable core. It never changes the result."""
     prog, bench = resolve_program(program)
+    if intermediates not in INTERMEDIATES:
+        raise InputError(f"intermediates {intermediates!r}: expected one of {', '.join(INTERMEDIATES)}")
     options = dict(budget_s=budget_s, variants=variants, cache=cache, algebra=algebra, fusion=fusion,
-                   executor=executor or make_executor())
+                   executor=executor or make_executor(), intermediates=intermediates)
     try:
         return optimize_kernel(prog, bench, sizes, target, dtype, out_dir=out_dir, progress=progress, seed=seed,
                                **options)
@@ -198,7 +206,8 @@ def _optimize_piece(prog, sizes, target, dtype, seed, progress, **options):
 
 
 def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, budget_s: float, variants: int,
-                    out_dir, cache, progress, seed: int, algebra: bool, fusion: bool, executor) -> OptimizeResult:
+                    out_dir, cache, progress, seed: int, algebra: bool, fusion: bool, executor,
+                    intermediates: str = "any") -> OptimizeResult:
     """The fastest correct single kernel for `prog` (see optimize)."""
     say = progress or (lambda s: None)
     given = sizes = resolve_sizes(prog, bench, sizes)
@@ -215,7 +224,7 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     t0 = time.perf_counter()
     # a case this Axon has optimized before, with the same options, returns at once
     wkey = cache.key("winner", prog.graph.pretty(), json.dumps(sizes, sort_keys=True), dtype, tgt.name,
-                     repr((budget_s, variants, seed, algebra, fusion)), code_fingerprint())
+                     repr((budget_s, variants, seed, algebra, fusion) + ((intermediates,) if intermediates != "any" else ())), code_fingerprint())
     stored = cache.get_winner(wkey)
     if stored is not None:
         result = _stored_result(stored[0], wkey)
@@ -263,6 +272,7 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
         baseline.variant, baseline.rewrites = vi, pool[vi][1]
         say(f"the program as written has no kernel ({err}): the baseline is the direct lowering of variant {vi}")
     plans = enumerate_candidates(prog.name, pool, sizes, tgt, dtype, lowerer, counts, progress=say,
+                                 wide_only=intermediates == "float32",
                                  modes=FUSION_MODES if fusion else ("unfused",), plans=True)
     base_misfit = baseline.misfit
     if base_misfit:

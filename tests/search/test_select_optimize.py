@@ -296,3 +296,10 @@ def test_plans_emit_the_kernels_that_eager_enumeration_emits():
     lazy = [c for c in map(emitter.emit, plans) if c is not None]
     assert {c.key for c in lazy} == {c.key for c in eager} and len(lazy) == len(eager)
     assert counts.emitted < counts.planned and counts.generated == len(lazy)
+
+
+def test_intermediates_in_float32_on_request():
+    r = optimize("softmax_matmul", {"m": 128, "k": 256, "n": 128}, intermediates="float32")
+    assert "(intermediates f32)" in r.check and r.checked["max_err_over_bound"] <= 1
+    with pytest.raises(InputError, match="intermediates 'half'"):
+        optimize("softmax_matmul", {"m": 128, "k": 256, "n": 128}, intermediates="half")
