@@ -69,6 +69,8 @@ ISA = {a.name: a for a in (
     _isa("reciprocal", "dst data name", 2, {"dst": ONCHIP, "data": ONCHIP}, runs_on="vector"),
     _isa("tensor_copy", "dst src engine name", 2, {"dst": ONCHIP, "src": ONCHIP}, _ANY, version="2.32.0"),
     _isa("memset", "dst value engine name", 2, {"dst": ONCHIP}, ("vector", "gpsimd", "unknown")),
+    _isa("tensor_copy_predicated", "dst src predicate reverse_pred name", 3,
+         {"dst": ONCHIP, "src": ONCHIP, "predicate": ONCHIP}, runs_on="vector"),
     _isa("nc_matmul", "dst stationary moving is_stationary_onezero is_moving_onezero is_transpose accumulate "
          "tile_position tile_size perf_mode name", 3,
          {"dst": frozenset({PSUM}), "stationary": SBUF_ONLY, "moving": SBUF_ONLY}, runs_on="tensor"),

@@ -331,3 +331,15 @@ def test_load_kernel_names_missing_file_and_function(tmp_path):
     assert load_kernel(str(path), "b").params == ["x"]
     with pytest.raises(KernelError, match="no function named 'c'"):
         load_kernel(str(path), "c")
+
+
+def test_a_bitvec_operator_on_floats_is_an_error():
+    expect_error("""
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=t, op0=nl.bitwise_and, operand0=0x7FFFFFFF)  # <-
+        return r
+    """, r"nl\.bitwise_and treats elements as bit patterns and needs integer operands; data is float32")

@@ -534,3 +534,68 @@ def test_exponential_needs_neuroncore_v4():
     want = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(r, want, rtol=1e-6)
     np.testing.assert_allclose(s[:, 0], want.sum(axis=1), rtol=1e-5)
+
+
+PREDICATED = """
+@nki.jit
+def k(c, a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ct = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.sbuf)
+    at = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    r = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ct, src=c)
+    nisa.dma_copy(dst=at, src=a)
+    nisa.dma_copy(dst=r, src=b)
+    p = nl.ndarray(c.shape, dtype=PRED, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=p, data=ct, op0=nl.not_equal, operand0=0.0)
+    nisa.tensor_copy_predicated(dst=r, src=SRC, predicate=p, reverse_pred=REVERSE)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+"""
+
+
+@pytest.mark.parametrize("src, reverse", [("at", False), ("at", True), ("2.5", False)])
+def test_tensor_copy_predicated_keeps_dst_where_the_predicate_is_not_set(src, reverse):
+    c = rand(100, 48) * (rand(100, 48) > 0)  # zero on about half the elements
+    a, b = rand(100, 48), rand(100, 48)
+    body = PREDICATED.replace("PRED", "nl.uint8").replace("SRC", src).replace("REVERSE", str(reverse))
+    out = run(body, c=c, a=a, b=b)
+    taken = (c != 0) != reverse
+    np.testing.assert_array_equal(out, np.where(taken, a if src == "at" else np.float32(2.5), b))
+
+
+@pytest.mark.parametrize("pred, a_dtype, words", [
+    ("nl.float32", np.float32, "predicate must be uint8, uint16, uint32, got float32"),
+    ("nl.uint8", BF16, "src (bfloat16) and dst (float32) must share the same data type"),
+])
+def test_tensor_copy_predicated_checks_its_operands_as_the_isa_states(pred, a_dtype, words):
+    body = PREDICATED.replace("PRED", pred).replace("SRC", "at").replace("REVERSE", "False")
+    body = body.replace("out = nl.ndarray(a.shape, dtype=a.dtype", "out = nl.ndarray(a.shape, dtype=b.dtype")
+    with pytest.raises(KernelError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        run(body, c=rand(4, 8), a=rand(4, 8).astype(a_dtype), b=rand(4, 8))
+
+
+def test_integers_keep_every_bit_through_bitvec_operators_and_moves():
+    """float32 holds integers exactly only up to 2^24: bitvec operators read bit patterns and a
+    copy to the same dtype is bit-accurate [isa tensor_copy], so neither may pass through it."""
+    body = """
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        moved = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        r = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=t, op0=nl.bitwise_and, operand0=0x7FFFFFFF, op1=nl.bitwise_xor, operand1=5)
+        nisa.dma_copy(dst=out, src=r)
+        c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=c, src=t, engine=nisa.vector_engine)
+        s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.nc_stream_shuffle(dst=s, src=c, shuffle_mask=list(range(32)))
+        nisa.dma_copy(dst=moved, src=s)
+        return out, moved
+    """
+    a = RNG.integers(-2**31, 2**31 - 1, size=(32, 16), dtype=np.int64).astype(np.int32)
+    out, moved = run(body, a=a)
+    np.testing.assert_array_equal(out, (a & 0x7FFFFFFF) ^ 5)
+    np.testing.assert_array_equal(moved, a)

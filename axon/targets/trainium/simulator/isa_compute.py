@@ -1,6 +1,7 @@
 """nki.isa element-wise compute instructions of the Scalar and Vector Engines: activation (with
 its free-axis add-reduction), tensor_tensor, tensor_scalar, scalar_tensor_tensor, tensor_copy,
-reciprocal, exponential, and tensor_scalar_reduce (tensor_scalar plus a free-axis reduction).
+reciprocal, exponential, tensor_scalar_reduce (tensor_scalar plus a free-axis reduction) and
+tensor_copy_predicated.
 
 Invariant: every instruction computes in float32 and rounds once, to the destination dtype, when
 the result is written; a reduction into `reduce_res` sees the float32 values before that rounding.
@@ -14,8 +15,8 @@ from axon.targets.trainium.trace import Engine
 
 from . import ops
 from .operands import (F32, PSUM, SBUF, and_init, apply_op, bcast_shape, check_layout, dst_tile,
-                       dtype_of, elementwise_operand, engine_of, finish, free_size, mask_of, onchip,
-                       pcol, read, registers, src_extra)
+                       dtype_of, elementwise_operand, engine_of, finish, free_size, integer_operands,
+                       mask_of, onchip, pcol, read, registers, src_extra)
 
 
 def activation(ctx, dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
@@ -86,8 +87,9 @@ def tensor_tensor(ctx, dst, data1, data2, op, engine=None, mask=None, dtype=None
     a = onchip(ctx, data1, "data1", opc)
     shape = a.shape
     m = mask_of(mask, shape)
-    a, av, ai = elementwise_operand(ctx, a, shape, opc, "data1", m)
-    b, bv, bi = elementwise_operand(ctx, data2, shape, opc, "data2", m)
+    integer_operands(opc, fn, ("data1", data1), ("data2", data2))
+    a, av, ai = elementwise_operand(ctx, a, shape, opc, "data1", m, exact=fn.bitvec)
+    b, bv, bi = elementwise_operand(ctx, data2, shape, opc, "data2", m, exact=fn.bitvec)
     if a.buf.memory is PSUM and b.buf.memory is PSUM:
         raise KernelError("nisa.tensor_tensor: data1 and data2 cannot both be in PSUM")
     out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, a.dtype), SBUF, opc, mask)
@@ -108,9 +110,11 @@ def tensor_scalar(ctx, dst, data, op0, operand0, reverse0=False, op1=None, opera
     f0 = ops.lookup(op0, 2)
     f1 = ops.lookup(op1, 2) if op1 is not None else None
     m = mask_of(mask, shape)
-    v, ini = read(ctx, src, opc, "data", m)
-    o0, i0, t0 = pcol(ctx, operand0, P, opc, "operand0")
-    o1, i1, t1 = (None, None, None) if f1 is None else pcol(ctx, operand1, P, opc, "operand1")
+    integer_operands(opc, f0, ("data", data), ("operand0", operand0))
+    integer_operands(opc, f1, ("operand1", operand1))
+    v, ini = read(ctx, src, opc, "data", m, exact=f0.bitvec)
+    o0, i0, t0 = pcol(ctx, operand0, P, opc, "operand0", exact=f0.bitvec)
+    o1, i1, t1 = (None, None, None) if f1 is None else pcol(ctx, operand1, P, opc, "operand1", exact=f1.bitvec)
     out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, src.dtype), SBUF, opc, mask)
     check_layout(ctx, out, opc, "dst")
     reads = [src.region()] + [t.region() for t in (t0, t1) if t is not None]
@@ -163,7 +167,50 @@ def tensor_copy(ctx, dst, src, engine=None, mask=None, dtype=None, name=None, _o
     buf = getattr(src, "buf", None)
     evacuates = buf is not None and buf.memory is PSUM
     default = Engine.SCALAR if (evacuates or _moves_partitions(src, dst)) else Engine.VECTOR
-    return _unary(ctx, _opcode, engine_of(engine, default), dst, src, "src", mask, dtype, lambda v: v)
+    eng = engine_of(engine, default)
+    # bit-accurate when the dtypes agree (Vector, GpSimd); else through float32 [isa tensor_copy]
+    same = getattr(src, "dtype", None) is not None and dtype_of(dst, dtype, src.dtype) == src.dtype
+    return _unary(ctx, _opcode, eng, dst, src, "src", mask, dtype, lambda v: v, exact=same and eng is not Engine.SCALAR)
+
+
+PREDICATE_DTYPES = ("uint8", "uint16", "uint32")  # [isa tensor_copy_predicated]
+
+
+def tensor_copy_predicated(ctx, dst, src, predicate, reverse_pred=False, mask=None, dtype=None, name=None, **_):
+    """dst = src where the predicate is non-zero (zero with reverse_pred), dst unchanged elsewhere;
+    src a tile of dst's dtype or a number (Vector Engine) [isa tensor_copy_predicated]."""
+    opc = "tensor_copy_predicated"
+    if dst is None:
+        raise KernelError(f"nisa.{opc} needs dst: it keeps dst's values where the predicate is false")
+    p = onchip(ctx, predicate, "predicate", opc)
+    if str(p.dtype) not in PREDICATE_DTYPES:
+        raise KernelError(f"nisa.{opc}: predicate must be {', '.join(PREDICATE_DTYPES)}, got {p.dtype}")
+    out, _ = dst_tile(ctx, dst, p.shape, dst.dtype, SBUF, opc, mask)
+    m = mask_of(mask, p.shape)
+    reads = [p.region(), out.region()]
+    tile_src = not isinstance(src, (int, float))
+    if tile_src:
+        s = onchip(ctx, src, "src", opc)
+        if s.shape[0] != p.shape[0] or free_size(s.shape) != free_size(p.shape):
+            raise KernelError(f"nisa.{opc}: src has shape {s.shape}, the predicate {p.shape}")
+        if s.dtype != out.dtype:
+            raise KernelError(f"nisa.{opc}: src ({s.dtype}) and dst ({out.dtype}) must share the same data type")
+        if s.buf.memory is PSUM and p.buf.memory is PSUM:
+            raise KernelError(f"nisa.{opc}: src and predicate cannot both be in PSUM")
+        reads.append(s.region())
+    pv, pini = read(ctx, p, opc, "predicate", m)
+    sv, sini = read(ctx, s, opc, "src", m) if tile_src else (F32(src), None)
+    ins = ctx.emit(opc, Engine.VECTOR, p.shape[0], free_size(p.shape), s.dtype if tile_src else out.dtype,
+                   reads, (out.region(),), src_extra(s if tile_src else p))
+    old_ini = out.initialised()
+    if pv is None:  # timing only: which elements are copied is unknown
+        return finish(ctx, out, False, None, and_init(old_ini, sini, pini), mask, ins)
+    taken = (pv.reshape(p.shape) != 0) != bool(reverse_pred)
+    old = out.values().astype(F32)
+    vals = np.where(taken, bcast_shape(sv, p.shape) if np.ndim(sv) else sv, old)
+    init = None if old_ini is None and sini is None else np.where(
+        taken, True if sini is None else sini.reshape(p.shape), True if old_ini is None else old_ini.reshape(p.shape))
+    return finish(ctx, out, False, vals, and_init(init, pini), mask, ins)
 
 
 def _moves_partitions(src, dst) -> bool:
@@ -184,12 +231,12 @@ def reciprocal(ctx, dst, data, mask=None, dtype=None, name=None, engine=None, **
                   lambda v: F32(1.0) / v)
 
 
-def _unary(ctx, opc, engine, dst, src, slot, mask, dtype, fn):
-    """One on-chip tile in, `fn` of it out (element-wise), on `engine`."""
+def _unary(ctx, opc, engine, dst, src, slot, mask, dtype, fn, exact: bool = False):
+    """One on-chip tile in, `fn` of it out (element-wise), on `engine`; `exact` as for `read`."""
     s = onchip(ctx, src, slot, opc)
     check_layout(ctx, s, opc, slot)
     m = mask_of(mask, s.shape)
-    v, ini = read(ctx, s, opc, slot, m)
+    v, ini = read(ctx, s, opc, slot, m, exact=exact)
     out, fresh = dst_tile(ctx, dst, s.shape, dtype_of(dst, dtype, s.dtype), SBUF, opc, mask)
     check_layout(ctx, out, opc, "dst")
     ins = ctx.emit(opc, engine, s.shape[0], free_size(s.shape), s.dtype, (s.region(),), (out.region(),),

@@ -144,14 +144,14 @@ def nc_stream_shuffle(ctx, dst, src, shuffle_mask, mask=None, name=None, **_):
     picks = _shuffle_sources(shuffle_mask, out.shape[0], s.shape[0], opc)
     ins = ctx.emit(opc, Engine.VECTOR, out.shape[0], free_size(out.shape), out.dtype, (s.region(),),
                    (out.region(),), src_extra(s))
-    v, ini = read(ctx, s, opc, "src")
+    v, ini = read(ctx, s, opc, "src", exact=True)  # a move: integers keep every bit
     rows = np.array([j for j, _ in picks], dtype=np.int64)
     from_rows = np.array([p for _, p in picks], dtype=np.int64)
     written = np.zeros(out.shape, dtype=bool)
     written[rows] = True
     vals = None
     if v is not None:
-        vals = np.zeros(out.shape, dtype=F32)
+        vals = np.zeros(out.shape, dtype=v.dtype)
         vals[rows] = v.reshape(s.shape[0], -1)[from_rows].reshape((len(rows),) + out.shape[1:])
     init = None
     if ini is not None:

@@ -121,15 +121,17 @@ def holds_data(t: Tile, everywhere: bool) -> bool:
     return bool(ini.all()) if everywhere else bool(ini.any())
 
 
-def read(ctx, t: Tile, opcode: str, what: str, mask=None):
-    """(float32 values or None in timing-only mode, initialised-mask or None)."""
+def read(ctx, t: Tile, opcode: str, what: str, mask=None, exact: bool = False):
+    """(float32 values or None in timing-only mode, initialised-mask or None). `exact`: an
+    integer tile's values as they are, for what treats them as bit patterns (bitvec operators, a
+    copy to the same dtype): float32 holds integers exactly only up to 2^24."""
     check_init(t, opcode, what, mask)
     ini = t.initialised()
     if ctx.timing_only:
         t.buf.read_since_write = True
         return None, ini
     v = t.values()
-    if v.dtype != F32:
+    if v.dtype != F32 and not (exact and v.dtype.kind in "iu"):
         v = v.astype(F32)
     return v, ini
 
@@ -143,17 +145,20 @@ def and_init(*inits):
     return out
 
 
-def pcol(ctx, x, P: int, opcode: str, what: str):
-    """A scalar, or a [P, 1] tile broadcast along the free axis: (values, init, tile or None)."""
+def pcol(ctx, x, P: int, opcode: str, what: str, exact: bool = False):
+    """A scalar, or a [P, 1] tile broadcast along the free axis: (values, init, tile or None);
+    `exact` as for `read` (an integer immediate stays an integer)."""
     if isinstance(x, Tile):
         onchip(ctx, x, what, opcode)
         if x.shape[0] != P or free_size(x.shape) != 1:
             raise KernelError(f"nisa.{opcode}: {what} must be a scalar or a [{P}, 1] tile, "
                               f"got shape {x.shape}")
-        v, ini = read(ctx, x, opcode, what)
+        v, ini = read(ctx, x, opcode, what, exact=exact)
         if v is not None:
             v = v.reshape(P, 1)
         return v, (None if ini is None else ini.reshape(P, 1)), x
+    if exact and isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return np.int64(x), None, None
     if isinstance(x, (int, float, np.integer, np.floating)):
         return F32(x), None, None
     raise KernelError(f"nisa.{opcode}: {what} must be a scalar or a tile, got {type(x).__name__}")
@@ -251,20 +256,30 @@ def registers(ctx, kind: str):
     return regs
 
 
-def elementwise_operand(ctx, x, shape, opcode, what, m=None):
+def elementwise_operand(ctx, x, shape, opcode, what, m=None, exact: bool = False):
     t = onchip(ctx, x, what, opcode)
     if (t.shape[0] == shape[0] and len(t.shape) == len(shape) and t.shape != tuple(shape)
             and all(a in (1, b) for a, b in zip(t.shape[1:], shape[1:]))):
         # free axes of size 1 broadcast (a zero-stride access pattern)
         check_layout(ctx, t, opcode, what)
-        v, ini = read(ctx, t, opcode, what)
+        v, ini = read(ctx, t, opcode, what, exact=exact)
         return (t, None if v is None else np.broadcast_to(v, shape),
                 None if ini is None else np.broadcast_to(ini, shape))
     if t.shape[0] != shape[0] or free_size(t.shape) != free_size(shape):
         raise KernelError(f"nisa.{opcode}: {what} has shape {t.shape}, expected {tuple(shape)}")
     check_layout(ctx, t, opcode, what)
-    v, ini = read(ctx, t, opcode, what, m if t.shape == tuple(shape) else None)
+    v, ini = read(ctx, t, opcode, what, m if t.shape == tuple(shape) else None, exact=exact)
     return t, bcast_shape(v, shape), bcast_shape(ini, shape)
+
+
+def integer_operands(opcode: str, fn, *tiles) -> None:
+    """A bitvec operator reads bit patterns: its tile operands must hold integers [isa: "Supported
+    Math Operators", bitvec operators expect integer data types]."""
+    if fn is not None and fn.bitvec:
+        for what, t in tiles:
+            if isinstance(t, Tile) and t.dtype.kind not in "iu":
+                raise KernelError(f"nisa.{opcode}: nl.{fn.name} treats elements as bit patterns and needs "
+                                  f"integer operands; {what} is {t.dtype}")
 
 
 def apply_op(fn, x, operand, reverse):
