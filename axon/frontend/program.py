@@ -161,10 +161,18 @@ class Program:
 
     def random_inputs(self, sizes: Mapping[str, int], dtype="float32", seed: int = 0) -> dict[str, np.ndarray]:
         """Random inputs at concrete sizes (standard normal), for checks and demos: the same for a
-        seed on any machine (`standard_normal`)."""
+        seed on any machine (`standard_normal`). An input that is the condition of an axon.where
+        (a mask) has its negative draws set to 0, so both branches are taken (a normal value is
+        never 0: a check would never see the other branch)."""
         streams = np.random.SeedSequence(seed).spawn(len(self.graph.inputs))
-        return {name: standard_normal(spec.shape, spec.dtype, stream)
-                for (name, spec), stream in zip(self.input_shapes(sizes, dtype).items(), streams)}
+        out = {name: standard_normal(spec.shape, spec.dtype, stream)
+               for (name, spec), stream in zip(self.input_shapes(sizes, dtype).items(), streams)}
+        for node in self.graph.nodes():
+            cond = node.inputs[0] if node.op is Op.WHERE else None
+            if cond is not None and cond.op is Op.INPUT:
+                x = out[cond.params.name]
+                x[x < 0] = 0
+        return out
 
 
 DRAW_BLOCK = 1 << 22  # elements drawn from one stream

@@ -293,9 +293,13 @@ class _Search:
         if binding is None:
             raise ShapeError("no small size binding satisfies the pattern's preconditions")
         rng = np.random.default_rng(self.owner.seed)
+        # the condition of a where is a mask: 0 on about half of it, or every candidate that
+        # ignores the condition agrees with the pattern on the trials
+        conds = {n.inputs[0] for n in nodes if n.op is Op.WHERE}
+        mask = lambda s: (rng.standard_normal(s) > 0).astype(np.float64)
         trials = []
         for draw in (lambda s: rng.standard_normal(s), lambda s: rng.uniform(0.5, 2.0, s)):
-            arrays = {n.params.name: draw(bind_shape(n.shape, binding)) for n in self.inputs}
+            arrays = {n.params.name: (mask if n in conds else draw)(bind_shape(n.shape, binding)) for n in self.inputs}
             trials.append((binding, arrays, {}))
         return trials
 

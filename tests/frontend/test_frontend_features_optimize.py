@@ -100,3 +100,35 @@ def test_optimize_folds_a_function_of_a_size_into_the_kernels_immediate():
     r = optimize(scaled_by_rsqrt_of_a_size, {"s": 128, "t": 256, "d": 64}, dtype="float32")
     assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
     assert "0.125" in r.kernel_source  # 1 / sqrt(64), evaluated at the case's sizes
+
+
+@axon.program(x=("m", "n"), w=("n", "k"))
+def leaky_relu_matmul(x, w):
+    return axon.where(x > 0, x, 0.01 * x) @ w
+
+
+@axon.program(q=("s", "d"), k=("t", "d"), v=("t", "d"), mask=("s", "t"))
+def attention_with_a_mask_input(q, k, v, mask):
+    s = axon.where(mask, q @ k.T, -30000.0)
+    e = axon.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("program, sizes", [
+    (leaky_relu_matmul, {"m": 128, "n": 256, "k": 128}),
+    (attention_with_a_mask_input, {"s": 128, "t": 256, "d": 64}),
+])
+def test_optimize_a_where_whose_condition_is_data(program, sizes):
+    """The condition computed from data (x > 0) or loaded (a mask input): an exact selection,
+    tensor_copy_predicated under a uint8 predicate (no 0 * x masks, which an infinity in the
+    branch not taken would turn into NaN)."""
+    r = optimize(program, sizes, dtype="float32")
+    assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
+    assert "nisa.tensor_copy_predicated(" in r.kernel_source and "dtype=nl.uint8" in r.kernel_source
+
+
+def test_a_mask_input_is_checked_on_both_branches():
+    data = attention_with_a_mask_input.random_inputs({"s": 64, "t": 128, "d": 32})
+    mask = data["mask"]
+    assert 0.3 < (mask == 0).mean() < 0.7 and (mask > 0).any()
+    assert (data["q"] < 0).any()  # the other inputs stay standard normal

@@ -209,7 +209,7 @@ def test_deterministic():
     assert [str(x) for x in a] == [str(y) for y in b]
 
 
-def test_where_on_positions_is_affine_select_and_on_data_has_no_lowering(synth):
+def test_where_on_positions_is_affine_select_and_on_data_is_select(synth):
     mask, x = _inp("a0", "d0", "d1"), _inp("a1", "d0", "d1")
     pattern = make_node(Op.WHERE, [mask, x, const_node(-30000.0)])
     (lw,) = synth.lower(pattern, operand_memories={"a0": "affine"})[:1]
@@ -218,5 +218,7 @@ def test_where_on_positions_is_affine_select_and_on_data_has_no_lowering(synth):
     # GpSimd cannot read PSUM: a matmul's chunk is moved to SBUF first, a copy the pruning keeps
     (lw,) = synth.lower(pattern, operand_memories={"a0": "affine", "a1": "psum"})[:1]
     assert _names(lw)[-1] == "affine_select" and len(lw.steps) == 2 and lw.proved
-    # a mask that is a tile of data: no instruction selects on it
-    assert not synth.lower(pattern)
+    # a mask that is a tile of data: the ISA's select (a predicated copy), proved
+    (lw,) = synth.lower(pattern)[:1]
+    assert _names(lw) == ["select"] and lw.proved
+    _check_meaning(synth, lw)

@@ -31,8 +31,16 @@ _DTYPE = {"kernel": "DT", "f32": "nl.float32"}
 # instructions whose nisa call `steps` can print (slots and holes map to keyword arguments)
 EMITTABLE = {"activation", "tensor_scalar", "tensor_tensor", "tensor_reduce", "tensor_tensor_scan", "reciprocal",
              "tensor_copy", "scalar_tensor_tensor", "activation_reduce", "tensor_scalar_reduce", "nc_matmul",
-             "nc_transpose", "affine_select"}
+             "nc_transpose", "affine_select", "select"}
 _PSUM_BANK_BYTES = 2048
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _nl(value) -> str:
@@ -177,7 +185,7 @@ class NkiEmitter:
         mem = "psum" if dtype == "accum" else "sbuf"
         if dtype == "f32" and free > 1:
             dtype = self.wide_dtype
-        elif dtype == "state":  # a running value carried across a walk: f32 whatever its width
+        elif dtype == "state":  # f32 whatever its width (a running value carried across a walk)
             dtype = "f32"
         dt = "nl.float32" if dtype == "accum" else _DTYPE[dtype]
         self.tile_dtype[name] = "f32" if dtype in ("accum", "f32") else "kernel"
@@ -483,7 +491,7 @@ class NkiEmitter:
                 raise UnsupportedError(f"{st.instruction} inside an element-wise program")
             outs = [(j, name) for (j, name) in prog.widths if j == i]
             width = max((width_of(prog.widths[o]) for o in outs), default=1)
-            kwargs, reads = [], []
+            kwargs, reads, by_slot = [], [], {}
             for slot, arg in st.args:
                 sl = next((x for x in spec.slots if x.name == slot), None)
                 takes_tile = sl is not None and (Form.IMMEDIATE not in sl.forms or (
@@ -498,10 +506,12 @@ class NkiEmitter:
                 elif isinstance(v, (int, float)):
                     v = repr(float(v))
                 reads.append(v)
+                by_slot[slot] = v
                 kwargs.append(f"{self._SLOT_KW.get((st.instruction, slot), slot)}={v}")
             # temporaries that die at this step may take its main output (in place, element-wise);
-            # a second output (a reduction's column) only takes one dead before this step
-            dying = [k for k in temps if last.get(k, -1) == i and k[0] < i]
+            # a second output (a reduction's column) only takes one dead before this step; not a
+            # select's: it writes its output before it has read all of its operands
+            dying = [k for k in temps if last.get(k, -1) == i and k[0] < i and st.instruction != "select"]
             for key in [k for k in temps if last.get(k, -1) < i]:
                 free.append((temps[key][1], temps.pop(key)[0]))
             for o in outs:
@@ -536,6 +546,9 @@ class NkiEmitter:
                 if value is False:
                     continue
                 kwargs.append(f"{kw}={self._hole(kw if hole != 'func' else 'op', value)}")
+            if st.instruction == "select":
+                self._select(main, by_slot, partitions, width)
+                continue
             kwargs.extend(self._FIXED_KW.get(st.instruction, ()))
             if st.instruction in ("tensor_tensor", "tensor_scalar") and hasattr(self, "_engine"):
                 ops = {h: str(getattr(v, "value", v)) for h, v in st.holes if h in ("op", "op0", "op1") and v}
@@ -548,6 +561,25 @@ class NkiEmitter:
             for o in outs:  # a value nothing reads is dead at once
                 if o in temps and o not in last:
                     free.append((temps[o][1], temps.pop(o)[0]))
+
+    def _select(self, dst: str, x: dict, partitions: int, width: int) -> None:
+        """dst = x["on_true"] where x["pred"] is non-zero, else x["on_false"], exactly: dst takes
+        on_false, then tensor_copy_predicated copies on_true where a uint8 predicate (pred != 0)
+        is set [isa tensor_copy_predicated: predicate uint8/16/32, src of dst's dtype]. A NaN or
+        infinity in the branch not taken never reaches dst, as it would through 0 * x masks."""
+        pred = self.fresh("pred")
+        self.line(f"{pred} = nl.ndarray(({partitions}, {width}), dtype=nl.uint8, buffer=nl.sbuf)")
+        self.line(f"nisa.tensor_scalar(dst={pred}, data={x['pred']}, op0=nl.not_equal, operand0=0.0)")
+        if _is_number(x["on_false"]):  # an immediate: a masked score's -30000, say
+            self.line(f"nisa.memset(dst={dst}, value={x['on_false']})")
+        elif x["on_false"] != dst:
+            self.line(f"nisa.tensor_copy(dst={dst}, src={x['on_false']})")
+        src, kind = x["on_true"], self.tile_dtype.get(self._base(dst))
+        if self.tile_dtype.get(self._base(src)) != kind:  # the copy converts it to dst's dtype
+            src = self.view(self.alloc("t", partitions, width, "kernel" if kind == "kernel" else "state"),
+                            partitions, "0", width)
+            self.line(f"nisa.tensor_copy(dst={src}, src={x['on_true']})")
+        self.line(f"nisa.tensor_copy_predicated(dst={dst}, src={src}, predicate={pred})")
 
     def _max_in_kernel_dtype(self, st, kinds: list) -> bool:
         """A max reduction of tiles in the kernel's dtype (`kinds`: its inputs'): its result is one

@@ -104,6 +104,9 @@ COSTS: dict[str, CostFormula] = {
     "tensor_scalar_reduce": CostFormula(floor=MIN_II, add=MIN_II),
     "tensor_scalar": CostFormula(floor=MIN_II),  # one or two ops cost the same [isa]
     "tensor_copy": CostFormula(floor=MIN_II),
+    "tensor_copy_predicated": CostFormula(mult=2.0, floor=MIN_II),  # SBUF in and out [isa]
+    # isa.SELECT as printed: tensor_scalar (N) + tensor_copy (N) + tensor_copy_predicated (2N)
+    "select": CostFormula(mult=4.0, floor=MIN_II),
     "memset": CostFormula(floor=MIN_II),
     "tensor_tensor": CostFormula(mult=2.0, floor=MIN_II, fast_mult=1.0,
                                  fast_when=FastPath.PSUM_INPUT_OR_HALF_ARITH),

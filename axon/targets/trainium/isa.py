@@ -18,6 +18,8 @@ Each meaning restates the nki.isa docstring's formula in the frontend's operator
                        values are outside the fragment (Inexpressible)
   affine_select        where(pred, on_true_tile, on_false_value), pred an affine comparison of the
                        tile's positions evaluated on the fly; on_false_value an f32 immediate (GpSimd)
+  select               where(pred, on_true, on_false), pred non-zero: three instructions, the
+                       predicate as uint8 (pred != 0), a copy, tensor_copy_predicated   (Vector)
   reciprocal           1 / data                                                      (Vector)
   tensor_copy          data                                                (Vector/Scalar/GpSimd)
   dma_copy             src, between HBM and SBUF                                        (DMA)
@@ -147,6 +149,10 @@ def _affine_select(h, x):
     return {"out": apply(Op.WHERE, x["pred"], x["on_true_tile"], x["on_false_value"])}
 
 
+def _select(h, x):
+    return {"out": apply(Op.WHERE, x["pred"], x["on_true"], x["on_false"])}
+
+
 def _reciprocal(h, x):
     return {"out": apply(Op.RECIPROCAL, x["data"])}
 
@@ -219,6 +225,10 @@ AFFINE_SELECT = InstructionSpec(
      Slot("on_false_value", IMM)),
     (), _affine_select, weight=1.0,
     doc="on_true_tile where an affine predicate of the positions holds, else an immediate (GpSimd cannot reach PSUM)")
+SELECT = InstructionSpec(
+    "select", "vector", (Slot("pred", TILE), Slot("on_true", TILE), Slot("on_false", TILE | IMM)), (), _select,
+    weight=4.0, doc="on_true where pred is non-zero, else on_false; printed as pred != 0 into a uint8 "
+                    "predicate, a copy of on_false and tensor_copy_predicated of on_true (Vector)")
 RECIPROCAL = InstructionSpec("reciprocal", "vector", (Slot("data", TILE),), (), _reciprocal, weight=8.0,
                              doc="1 / data on the Vector engine")
 TENSOR_COPY = InstructionSpec("tensor_copy", "vector", (Slot("data", TILE),), (), _copy,
@@ -230,7 +240,7 @@ DMA_TRANSPOSE = InstructionSpec("dma_transpose", "dma", (Slot("data", TILE, memo
 
 COMMON = (NC_MATMUL, ACTIVATION, ACTIVATION_REDUCE, TENSOR_SCALAR, TENSOR_TENSOR, SCALAR_TENSOR_TENSOR,
           TENSOR_SCALAR_REDUCE, TENSOR_REDUCE, TENSOR_TENSOR_SCAN, RECIPROCAL, NC_TRANSPOSE, TENSOR_COPY, DMA_COPY,
-          AFFINE_SELECT)
+          AFFINE_SELECT, SELECT)
 TRN1_ISA = ISA("trn1", COMMON, {"hardware": TRN1})
 TRN2_ISA = ISA("trn2", COMMON + (DMA_TRANSPOSE,), {"hardware": TRN2})
 INSTRUCTIONS = TRN2_ISA.instructions
