@@ -59,25 +59,26 @@ class Claim:
     facts: tuple[SizeFact, ...] = ()
     assumptions: tuple[str, ...] = ()   # relations ("!=", ">=", ">") the proof assumes of its inputs
     note: str = ""                      # why the claim was narrowed, if it was
+    nonzero: tuple[Size, ...] = ()      # sizes the programs divide by (x / (n - 5)): the claim leaves out their zeros
 
     @property
     def narrowed(self) -> bool:
         """Does the claim leave out sizes the programs themselves accept?"""
-        return bool(self.note)
+        return bool(self.note) or bool(self.nonzero)
 
     def covers(self, binding: Mapping[str, int]) -> bool:
-        return all(fact.holds(binding) for fact in self.facts)
+        return all(fact.holds(binding) for fact in self.facts) and all(s.evaluate(binding) != 0 for s in self.nonzero)
 
     @property
     def conditions(self) -> tuple[str, ...]:
-        return tuple(_describe(f) for f in self.facts)
+        return tuple(_describe(f) for f in self.facts) + tuple(f"{s} != 0" for s in self.nonzero)
 
     @property
     def assumption_texts(self) -> tuple[str, ...]:
         return tuple(ASSUMPTION_TEXT[r] for r in sorted(self.assumptions))
 
     def describe(self) -> str:
-        sizes = f"for all sizes with {' and '.join(self.conditions)}" if self.facts else "for all sizes"
+        sizes = f"for all sizes with {' and '.join(self.conditions)}" if self.conditions else "for all sizes"
         assumed = f", assuming {' and '.join(self.assumption_texts)}" if self.assumptions else ""
         note = f" ({self.note})" if self.note else ""
         return f"equal {sizes}{assumed}{note}"

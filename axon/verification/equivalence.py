@@ -143,7 +143,8 @@ class Verifier:
             return claim_or_verdict
         small, claim = claim_or_verdict
         extra = [binding for binding in small if claim.covers(binding)]
-        cex = numeric.refute(a, b, self.numeric_trials, self.seed, extra=extra, narrowed=claim.facts)
+        cex = numeric.refute(a, b, self.numeric_trials, self.seed, extra=extra, narrowed=claim.facts,
+                             nonzero=claim.nonzero)
         if cex is not None:
             return Verdict(Status.REFUTED, _describe(cex), cex)
         return self._prove(a, b, claim)
@@ -163,7 +164,7 @@ class Verifier:
         note = (f"sizes with {' or '.join(f'{f.size} < {f.minimum}' for f in narrowed)} are left out: a divisor is "
                 f"zero for every input at {_sizes(failing[0])}" + (f" and {len(failing) - 1} more of them" if len(failing) > 1 else "")
                 if narrowed else "")
-        return small, Claim(simplify(base + narrowed), (), note)
+        return small, Claim(simplify(base + narrowed), (), note, numeric.size_divisors(nodes))
 
     def _shape_mismatch(self, a: Graph, b: Graph, k: int) -> Verdict:
         oa, ob = a.outputs[k], b.outputs[k]
@@ -250,7 +251,8 @@ class Verifier:
                     return Verdict(Status.REFUTED, _describe(cex), cex, solver_time_s=spent, query=label)
         # before giving up, more sizes and inputs than the first screening took: a difference at
         # one element in a few (the maximum landing on a dropped column) is often missed there
-        cex = numeric.refute(a, b, CONFIRM_TRIALS, self.seed + 2, narrowed=claim.facts) if self.numeric_trials else None
+        cex = (numeric.refute(a, b, CONFIRM_TRIALS, self.seed + 2, narrowed=claim.facts, nonzero=claim.nonzero)
+               if self.numeric_trials else None)
         if cex is not None and claim.covers(cex["sizes"]):
             return Verdict(Status.REFUTED, _describe(cex), cex, solver_time_s=spent, query=label)
         return Verdict(Status.UNKNOWN, "not proved: the solver found a model of the abstracted query (folds and "

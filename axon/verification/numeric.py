@@ -144,16 +144,17 @@ def confirmed_difference(a: Graph, b: Graph, k: int, index,
 
 
 def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[dict]] = None,
-           extra: Sequence[dict] = (), narrowed: Iterable = ()) -> Optional[dict]:
+           extra: Sequence[dict] = (), narrowed: Iterable = (), nonzero: Sequence[Size] = ()) -> Optional[dict]:
     """A counterexample to `a == b` (same output count and ranks assumed) confirmed in high
     precision, or None. Tries `trials` bindings of its own that meet the graphs' facts and
-    `narrowed` (or exactly `only`), then `extra`."""
+    `narrowed` and leave the sizes `nonzero` non-zero (or exactly `only`), then `extra`."""
     nodes = toposort(a.outputs + b.outputs)
     inputs = {n.params.name: n for n in nodes if n.op is Op.INPUT}
     rng = np.random.default_rng(seed)
     constraints = a.constraints | b.constraints | frozenset(narrowed)
     trial_bindings = list(only) if only is not None else bindings(node_dims(nodes), nodes, constraints, trials, rng)
     trial_bindings += [x for x in extra if x not in trial_bindings]
+    trial_bindings = [x for x in trial_bindings if all(s.evaluate(x) != 0 for s in nonzero)]
     # where the programs divide, all-positive and all-negative inputs too: a divisor made of relu or
     # max can vanish on a whole region of inputs that standard-normal draws rarely reach
     draws = DRAWS[1:] if divisor_nodes(nodes) else DRAWS[1:2]
@@ -188,6 +189,14 @@ def grid(dims: Sequence[str], nodes: Sequence[Node], constraints) -> list[dict[s
 def divisor_nodes(nodes: Iterable[Node]) -> list[Node]:
     """The operands the programs divide by (or take the log of): each must be non-zero."""
     return [n.inputs[DIVISOR_OPERANDS[n.op]] for n in nodes if n.op in DIVISOR_OPERANDS]
+
+
+def size_divisors(nodes: Iterable[Node]) -> tuple[Size, ...]:
+    """The sizes the programs divide by (x / (n - 5)): zero at some sizes for every input."""
+    found = {d.params.value for d in divisor_nodes(nodes)
+             if d.op is Op.CONST and isinstance(d.params.value, Size) and not d.params.value.is_constant}
+    shapes = {s for n in nodes for s in n.shape}  # a size some value has is positive already
+    return tuple(sorted((s for s in found if s not in shapes and any(c < 0 for _, c in s.terms)), key=str))
 
 
 def _vanishes(graph: Graph, divisors: Sequence[Node], inputs, binding, rng) -> bool:

@@ -330,10 +330,28 @@ def test_a_narrowing_keeps_no_bound_a_later_one_made_redundant_and_says_where_di
         return x * 1.0
 
     v = verdict(scaled_and_back, plain)
-    assert v.status is Status.PROVED and v.conditions == ("k >= 4",), v
+    assert v.status is Status.PROVED and v.conditions == ("k >= 4", "-3 + k != 0"), v
     assert v.covers({"m": 1, "k": 4}) and not v.covers({"m": 5, "k": 3})
     assert "a divisor is zero for every input at m=1, k=3" in v.reason
     assert differ_at(scaled_and_back, plain, {"m": 2, "k": 3})
+
+
+def test_a_size_the_programs_divide_by_is_non_zero_in_the_claim():
+    """x * (k - 5) / (k - 5): at k = 5 every input gives NaN, past the small sizes the narrowing
+    evaluates; the claim states k - 5 != 0, and covers is false there."""
+    @axon.program(x=("m", "k"))
+    def scaled_and_back(x):
+        return x * (x.shape[1] - 5) / (x.shape[1] - 5)
+
+    @axon.program(x=("m", "k"))
+    def plain(x):
+        return x * 1.0
+
+    v = verdict(scaled_and_back, plain)
+    assert v.status is Status.PROVED and "-5 + k != 0" in v.conditions, v
+    assert v.covers({"m": 2, "k": 4}) and v.covers({"m": 2, "k": 6}) and not v.covers({"m": 2, "k": 5})
+    assert differ_at(scaled_and_back, plain, {"m": 2, "k": 5})
+    assert Verifier().check_nodes(scaled_and_back.graph.outputs[0], plain.graph.outputs[0]).status is Status.UNKNOWN
 
 
 def test_a_narrowed_claim_is_no_rewrite():
