@@ -27,11 +27,12 @@ Invariant: nothing here knows a target; the shapes and operator kinds decide eve
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from axon.errors import UnsupportedError
-from axon.ir import Graph, Node, positional
-from axon.semantics.ops import OP_SPECS, Op, OpKind
+from axon.ir import Graph, Node, make_node, positional
+from axon.semantics.ops import OP_SPECS, Op, OpKind, ReshapeParams
 from axon.semantics.sizes import Size
 
 ONE = Size.of(1)
@@ -109,9 +110,47 @@ def _batch_fits(shape, batch) -> bool:
 
 
 def _untranspose(node: Node) -> Node:
+    """The row value an output stores: itself, or what it transposes or squeezes (`is_squeeze`)."""
     if node.op is Op.TRANSPOSE and node.params.perm[-2:] == (node.rank - 1, node.rank - 2):
         return node.inputs[0]
+    if is_squeeze(node):
+        return node.inputs[0]
     return node
+
+
+def is_squeeze(node: Node) -> bool:
+    """A reshape that drops a trailing unit axis: [.., m, 1] -> [.., m], how a column is stored as
+    a rank-1 output (search.optimize makes one of a reduction without keepdims)."""
+    return node.op is Op.RESHAPE and node.inputs[0].shape == node.shape + (ONE,)
+
+
+def columns_for_vectors(graph: Graph) -> Graph:
+    """`graph` with each output that a reduction over the last axis without keepdims computes
+    (and element-wise operators on such, with constants: [m] or [b, s] of a [b, s, d]) computed as
+    the [.., 1] column instead, then squeezed (`is_squeeze`): the same values; a kernel stores
+    columns. Unchanged where there is none."""
+    lifted: dict[Node, Optional[Node]] = {}
+
+    def column(n: Node) -> Optional[Node]:
+        if n not in lifted:
+            lifted[n] = None
+            kind = OP_SPECS[n.op].kind
+            if kind is OpKind.REDUCE and not n.params.keepdims and n.params.axis == n.inputs[0].rank - 1 \
+                    and n.inputs[0].rank >= 2:
+                lifted[n] = make_node(n.op, list(n.inputs), replace(n.params, keepdims=True))
+            elif kind is OpKind.ELEMENTWISE and n.rank >= 1:
+                ins = [x if x.rank == 0 else column(x) for x in n.inputs]
+                if all(x is not None for x in ins):
+                    lifted[n] = make_node(n.op, ins, n.params)
+        return lifted[n]
+
+    outputs = []
+    for o in graph.outputs:
+        c = column(o) if o.rank >= 1 else None
+        outputs.append(o if c is None else make_node(Op.RESHAPE, [c], ReshapeParams(o.shape)))
+    if all(a is b for a, b in zip(outputs, graph.outputs)):
+        return graph
+    return Graph(graph.inputs, tuple(outputs), graph.constraints)
 
 
 def _role(node: Node, row: Size, roles: dict) -> str:
@@ -129,6 +168,8 @@ def _role(node: Node, row: Size, roles: dict) -> str:
             return "view"
         if node.op is Op.TRANSPOSE and roles.get(src) == "row":
             return "row"  # a transposed output (stored transposed)
+        if is_squeeze(node) and roles.get(src) == "row":
+            return "row"  # a column output stored as a rank-1 tensor
         raise UnsupportedError(f"{node.op.value} of a computed value is not supported inside a kernel")
     if node.rank >= 2 and node.shape[-2] == row:
         return "row"
@@ -174,7 +215,8 @@ def groups(world: RowWorld, mode: str) -> list[Group]:
 
 
 def _is_output_transpose(world: RowWorld, node: Node) -> bool:
-    return node.op is Op.TRANSPOSE and node in world.graph.outputs
+    """An output stored through a view of the value a pass computes: transposed, or squeezed."""
+    return (node.op is Op.TRANSPOSE or is_squeeze(node)) and node in world.graph.outputs
 
 
 # --- phases inside a pass ------------------------------------------------------------------

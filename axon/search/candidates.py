@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
 from axon.errors import UnsupportedError
-from axon.fusion.nodes import FUSION_MODES, RowWorld, groups, is_rowwise
+from axon.fusion.nodes import FUSION_MODES, RowWorld, groups, is_rowwise, is_squeeze
 from axon.ir import Graph
 from axon.semantics.ops import Op
 from axon.tiling.build import KernelBuilder, Options, Pass
@@ -207,8 +207,8 @@ def _rereads_keys(world: RowWorld, gs, combo, sizes) -> bool:
 
 def check_lowerable(world: RowWorld, lowerer) -> None:
     for n in world.compute_nodes():
-        if n.op is Op.TRANSPOSE or (n.op is Op.CONCAT and is_rowwise(n)):
-            continue  # layout the builder does: a stored transpose, a row assembled from its parts
+        if n.op is Op.TRANSPOSE or is_squeeze(n) or (n.op is Op.CONCAT and is_rowwise(n)):
+            continue  # layout the builder does: a stored transpose or squeeze, a row assembled from its parts
         for x in n.inputs:
             if world.roles.get(x) == "index" and not (n.op is Op.WHERE and x is n.inputs[0]):
                 raise UnsupportedError(f"{n.op.value} reads positions (axon.arange) as data: inside a kernel "

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Optional, Union
 
 from axon.frontend.loading import load_program
 from axon.errors import AxonError, InputError, UnsupportedError
-from axon.fusion.nodes import FUSION_MODES, RowWorld
+from axon.fusion.nodes import FUSION_MODES, RowWorld, columns_for_vectors
 from axon.frontend.program import Program, program_of
 from axon.search.candidates import (Candidate, Counts, Plans, check_lowerable, direct_lowering, enumerate_candidates,
                                     with_header_line)
@@ -213,7 +213,8 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     given = sizes = resolve_sizes(prog, bench, sizes)
     prog, named = prog.generalized()  # literal dimensions searched as named ones bound to their value
     sizes = {**sizes, **named}
-    folded = fold_constants(prog.graph, sizes)  # 1 / sqrt(d) of a size d: the kernel's immediate
+    # 1 / sqrt(d) of a size d: the kernel's immediate; a rank-1 output of a row reduction: its column
+    folded = columns_for_vectors(fold_constants(prog.graph, sizes))
     if folded is not prog.graph:
         prog = program_of(folded, prog.name)
     dtype_named(dtype)

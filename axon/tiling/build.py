@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from axon.errors import UnsupportedError
-from axon.fusion.nodes import (ONE, Group, RowWorld, chunk_plan, combine_identity, combine_op, is_wide, phases,
-                               view_source)
+from axon.fusion.nodes import (ONE, Group, RowWorld, chunk_plan, combine_identity, combine_op, is_squeeze, is_wide,
+                               phases, view_source)
 from axon.ir import Graph, Node, const_node, input_node, make_node
 from axon.semantics.algebra import const_value
 from axon.semantics.ops import AxisParams, Op
@@ -172,6 +172,11 @@ class KernelBuilder:
         for i, o in enumerate(g.outputs):
             oname = f"out{i}" if len(g.outputs) > 1 else "out"
             em.hbm(oname, self._caller_shape(o), "kernel", output=True)
+            if is_squeeze(o):  # a column stored as a rank-1 tensor: the passes address its [.., m, 1] view
+                src = o.inputs[0]
+                self.outputs[src] = (f"{oname}.reshape(({', '.join(str(self.c(d)) for d in src.shape)}))", False)
+                out_names.append(oname)
+                continue
             src = o.inputs[0] if (o.op is Op.TRANSPOSE and self.w.roles[o] == "row") else o
             self.outputs[src] = (self._packed_view(oname, o), src is not o)
             out_names.append(oname)

@@ -132,3 +132,32 @@ def test_a_mask_input_is_checked_on_both_branches():
     mask = data["mask"]
     assert 0.3 < (mask == 0).mean() < 0.7 and (mask > 0).any()
     assert (data["q"] < 0).any()  # the other inputs stay standard normal
+
+
+@axon.program(x=("m", "n"), y=("m", "n"))
+def mean_squared_error_per_row(x, y):
+    return ((x - y) * (x - y)).mean(axis=-1)
+
+
+@axon.program(x=("b", "s", "d"), w=("d", "k"))
+def means_and_projection(x, w):
+    return axon.sqrt((x * x).mean(axis=-1)), x @ w
+
+
+@pytest.mark.parametrize("program, sizes, shapes", [
+    (mean_squared_error_per_row, {"m": 256, "n": 512}, [(256,)]),
+    (means_and_projection, {"b": 2, "s": 128, "d": 256, "k": 128}, [(2, 128), (2, 128, 128)]),
+])
+def test_optimize_an_output_a_reduction_without_keepdims_computes(program, sizes, shapes):
+    """The kernel computes the [.., 1] column and stores it through a reshaped view of the
+    caller's [m] (or [b, s]) tensor."""
+    from axon.fusion.nodes import columns_for_vectors
+
+    columns = columns_for_vectors(program.graph)
+    assert columns is not program.graph and columns_for_vectors(columns) is columns
+    r = optimize(program, sizes, dtype="float32")
+    assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
+    for i, shape in enumerate(shapes):
+        name = "out" if len(shapes) == 1 else f"out{i}"
+        assert f"{name} = nl.ndarray({shape!r}, dtype=DT" in r.kernel_source
+    assert ", 1))[" in r.kernel_source  # the stores address the [.., 1] view

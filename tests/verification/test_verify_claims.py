@@ -318,40 +318,39 @@ def test_narrowing_over_two_dimensions():
     assert not v.covers({"m": 1, "k": 3}) and not v.covers({"m": 3, "k": 1}) and v.covers({"m": 2, "k": 2})
 
 
-def test_a_narrowing_keeps_no_bound_a_later_one_made_redundant_and_says_where_divisors_vanish():
-    """x * (k - 3) / (k - 3) fails at k = 3 only; lower bounds cannot leave out one size, so
-    k >= 4, and no bound on m (the greedy took m >= 3 on the way, for nothing)."""
+def _scaled_and_back(c: int):
+    """x * (k - c) / (k - c): NaN at k = c for every input, x elsewhere."""
     @axon.program(x=("m", "k"))
     def scaled_and_back(x):
-        return x * (x.shape[1] - 3) / (x.shape[1] - 3)
+        return x * (x.shape[1] - c) / (x.shape[1] - c)
+    return scaled_and_back
 
-    @axon.program(x=("m", "k"))
-    def plain(x):
-        return x * 1.0
 
-    v = verdict(scaled_and_back, plain)
+@axon.program(x=("m", "k"))
+def times_one(x):
+    return x * 1.0
+
+
+def test_a_narrowing_keeps_no_bound_a_later_one_made_redundant_and_says_where_divisors_vanish():
+    """k = 3 fails, among the small sizes the narrowing evaluates; lower bounds cannot leave out
+    one size, so k >= 4, and no bound on m (the greedy took m >= 3 on the way, for nothing)."""
+    f = _scaled_and_back(3)
+    v = verdict(f, times_one)
     assert v.status is Status.PROVED and v.conditions == ("k >= 4", "-3 + k != 0"), v
     assert v.covers({"m": 1, "k": 4}) and not v.covers({"m": 5, "k": 3})
     assert "a divisor is zero for every input at m=1, k=3" in v.reason
-    assert differ_at(scaled_and_back, plain, {"m": 2, "k": 3})
+    assert differ_at(f, times_one, {"m": 2, "k": 3})
 
 
 def test_a_size_the_programs_divide_by_is_non_zero_in_the_claim():
-    """x * (k - 5) / (k - 5): at k = 5 every input gives NaN, past the small sizes the narrowing
-    evaluates; the claim states k - 5 != 0, and covers is false there."""
-    @axon.program(x=("m", "k"))
-    def scaled_and_back(x):
-        return x * (x.shape[1] - 5) / (x.shape[1] - 5)
-
-    @axon.program(x=("m", "k"))
-    def plain(x):
-        return x * 1.0
-
-    v = verdict(scaled_and_back, plain)
+    """k = 5 fails, past the small sizes the narrowing evaluates: the claim states k - 5 != 0,
+    and covers is false there."""
+    f = _scaled_and_back(5)
+    v = verdict(f, times_one)
     assert v.status is Status.PROVED and "-5 + k != 0" in v.conditions, v
     assert v.covers({"m": 2, "k": 4}) and v.covers({"m": 2, "k": 6}) and not v.covers({"m": 2, "k": 5})
-    assert differ_at(scaled_and_back, plain, {"m": 2, "k": 5})
-    assert Verifier().check_nodes(scaled_and_back.graph.outputs[0], plain.graph.outputs[0]).status is Status.UNKNOWN
+    assert differ_at(f, times_one, {"m": 2, "k": 5})
+    assert Verifier().check_nodes(f.graph.outputs[0], times_one.graph.outputs[0]).status is Status.UNKNOWN
 
 
 def test_a_narrowed_claim_is_no_rewrite():
