@@ -105,6 +105,8 @@ COSTS: dict[str, CostFormula] = {
     "tensor_scalar": CostFormula(floor=MIN_II),  # one or two ops cost the same [isa]
     "tensor_copy": CostFormula(floor=MIN_II),
     "tensor_copy_predicated": CostFormula(mult=2.0, floor=MIN_II),  # SBUF in and out [isa]
+    "select_reduce": CostFormula(mult=2.0, floor=MIN_II,
+                                 source="assumed: two tiles read, as tensor_tensor; no [isa] figure"),
     # isa.SELECT as printed: tensor_scalar (N) + tensor_copy (N) + tensor_copy_predicated (2N)
     "select": CostFormula(mult=4.0, floor=MIN_II),
     "memset": CostFormula(floor=MIN_II),

@@ -71,6 +71,9 @@ ISA = {a.name: a for a in (
     _isa("memset", "dst value engine name", 2, {"dst": ONCHIP}, ("vector", "gpsimd", "unknown")),
     _isa("tensor_copy_predicated", "dst src predicate reverse_pred name", 3,
          {"dst": ONCHIP, "src": ONCHIP, "predicate": ONCHIP}, runs_on="vector"),
+    _isa("select_reduce", "dst predicate on_true on_false reduce_res reduce_cmd reduce_op reverse_pred name", 4,
+         {"dst": ONCHIP, "predicate": ONCHIP, "on_true": ONCHIP, "on_false": ONCHIP, "reduce_res": ONCHIP},
+         runs_on="vector"),
     _isa("nc_matmul", "dst stationary moving is_stationary_onezero is_moving_onezero is_transpose accumulate "
          "tile_position tile_size perf_mode name", 3,
          {"dst": frozenset({PSUM}), "stationary": SBUF_ONLY, "moving": SBUF_ONLY}, runs_on="tensor"),

@@ -599,3 +599,45 @@ def test_integers_keep_every_bit_through_bitvec_operators_and_moves():
     out, moved = run(body, a=a)
     np.testing.assert_array_equal(out, (a & 0x7FFFFFFF) ^ 5)
     np.testing.assert_array_equal(moved, a)
+
+
+@pytest.mark.parametrize("api", [NEW, OLD])
+def test_select_reduce_selects_and_takes_the_row_maximum(api):
+    new = """
+    @nki.jit
+    def k(c, a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        peak = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        ct = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.sbuf)
+        at = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ct, src=c)
+        nisa.dma_copy(dst=at, src=a)
+        p = nl.ndarray(c.shape, dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=p, data=ct, op0=nl.not_equal, operand0=0.0)
+        r = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        m = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.select_reduce(dst=r, predicate=p, on_true=at, on_false=-30000.0, reduce_res=m, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.dma_copy(dst=out, src=r)
+        nisa.dma_copy(dst=peak, src=m)
+        return out, peak
+    """
+    old = """
+    @nki.jit
+    def k(c, a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        peak = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        ct = nl.load(c)
+        p = nl.not_equal(ct, 0.0, dtype=nl.uint8)
+        m = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.select_reduce(dst=r, predicate=p, on_true=nl.load(a), on_false=-30000.0, reduce_res=m)
+        nl.store(out, r)
+        nl.store(peak, m)
+        return out, peak
+    """
+    c = rand(100, 48) * (rand(100, 48) > 0)
+    a = rand(100, 48)
+    out, peak = run(new if api is NEW else old, api=api, c=c, a=a)
+    want = np.where(c != 0, a, np.float32(-30000.0))
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(peak.reshape(-1), want.max(axis=1))

@@ -343,6 +343,7 @@ def test_isa_namespace():
         "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "tensor_tensor_scan",
         "tensor_scalar_cumulative", "tensor_copy", "reciprocal", "exponential", "iota", "memset",
         "dma_copy", "dma_transpose", "dma_compute", "tensor_scalar_reduce", "bn_stats", "bn_aggr", "tensor_copy_predicated",
+        "select_reduce",
         "affine_select", "nc_stream_shuffle", "core_barrier", "max8", "nc_find_index8", "nc_match_replace8", "nc_n_gather", "reduce_cmd", "engine", "dge_mode", "nc_version",
         "get_nc_version", "constants", "register_alloc", "register_move", "register_load",
         "VirtualRegister",

@@ -22,7 +22,8 @@ import numpy as np
 
 from .indexing import Predicate
 from .isa_compute import (activation, activation_reduce, exponential, reciprocal, scalar_tensor_tensor,
-                          tensor_copy, tensor_copy_predicated, tensor_scalar, tensor_scalar_reduce, tensor_tensor)
+                          select_reduce, tensor_copy, tensor_copy_predicated, tensor_scalar, tensor_scalar_reduce,
+                          tensor_tensor)
 from .isa_dma import dma, dma_compute, dma_copy, dma_transpose
 from .isa_fill import affine_select, iota, memset, nc_n_gather, nc_stream_shuffle
 from .isa_reduce import (bn_aggr, bn_stats, max8, nc_find_index8, nc_match_replace8, tensor_partition_reduce,
@@ -52,7 +53,7 @@ BETA1_POSITIONAL = {
     "dma_copy": 2, "dma_transpose": 1, "dma_compute": 3, "nc_stream_shuffle": 2,
     "core_barrier": 2, "max8": 1, "nc_find_index8": 2, "nc_match_replace8": 3, "nc_n_gather": 2,
     "tensor_scalar_reduce": 5, "bn_stats": 1, "bn_aggr": 1, "affine_select": 3,
-    "tensor_copy_predicated": 0,  # keyword-only in beta-1
+    "tensor_copy_predicated": 0, "select_reduce": 0,  # keyword-only in beta-1
 }
 
 INSTRUCTIONS = {
@@ -66,7 +67,7 @@ INSTRUCTIONS = {
     "tensor_scalar_reduce": tensor_scalar_reduce, "bn_stats": bn_stats, "bn_aggr": bn_aggr,
     "affine_select": affine_select, "nc_stream_shuffle": nc_stream_shuffle, "core_barrier": core_barrier,
     "max8": max8, "nc_find_index8": nc_find_index8, "nc_match_replace8": nc_match_replace8,
-    "nc_n_gather": nc_n_gather, "tensor_copy_predicated": tensor_copy_predicated,
+    "nc_n_gather": nc_n_gather, "tensor_copy_predicated": tensor_copy_predicated, "select_reduce": select_reduce,
 }
 
 # Instructions that write no tile: every argument is an operand, in both APIs.

@@ -1,7 +1,7 @@
 """nki.isa element-wise compute instructions of the Scalar and Vector Engines: activation (with
 its free-axis add-reduction), tensor_tensor, tensor_scalar, scalar_tensor_tensor, tensor_copy,
-reciprocal, exponential, tensor_scalar_reduce (tensor_scalar plus a free-axis reduction) and
-tensor_copy_predicated.
+reciprocal, exponential, tensor_scalar_reduce (tensor_scalar plus a free-axis reduction),
+tensor_copy_predicated and select_reduce.
 
 Invariant: every instruction computes in float32 and rounds once, to the destination dtype, when
 the result is written; a reduction into `reduce_res` sees the float32 values before that rounding.
@@ -211,6 +211,54 @@ def tensor_copy_predicated(ctx, dst, src, predicate, reverse_pred=False, mask=No
     init = None if old_ini is None and sini is None else np.where(
         taken, True if sini is None else sini.reshape(p.shape), True if old_ini is None else old_ini.reshape(p.shape))
     return finish(ctx, out, False, vals, and_init(init, pini), mask, ins)
+
+
+SELECT_PREDICATE_DTYPES = ("int8", "uint8", "int16", "uint16")  # [isa select_reduce]
+
+
+def select_reduce(ctx, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd="idle", reduce_op=None,
+                  reverse_pred=False, mask=None, dtype=None, name=None, **_):
+    """dst = on_true where the predicate is non-zero (zero with reverse_pred), else on_false (a
+    number or a [P, 1] column); with reduce_res, the maximum of dst's values along the free axes
+    too, combined with the Vector Engine's registers as reduce_cmd says [isa select_reduce]."""
+    opc = "select_reduce"
+    p = onchip(ctx, predicate, "predicate", opc)
+    if str(p.dtype) not in SELECT_PREDICATE_DTYPES:
+        raise KernelError(f"nisa.{opc}: predicate must be {', '.join(SELECT_PREDICATE_DTYPES)}, got {p.dtype}")
+    t = onchip(ctx, on_true, "on_true", opc)
+    shape, P = t.shape, t.shape[0]
+    if p.shape[0] != P or free_size(p.shape) != free_size(shape):
+        raise KernelError(f"nisa.{opc}: predicate has shape {p.shape}, on_true {shape}")
+    if t.buf.memory is PSUM and p.buf.memory is PSUM:
+        raise KernelError(f"nisa.{opc}: on_true and predicate cannot both be in PSUM")
+    if reduce_op is not None and ops.lookup(reduce_op, 2).name != "maximum":
+        raise KernelError(f"nisa.{opc}: reduce_op must be nl.maximum")
+    m = mask_of(mask, shape)
+    pv, pini = read(ctx, p, opc, "predicate", m)
+    tv, tini = read(ctx, t, opc, "on_true", m)
+    fv, fini, ft = pcol(ctx, on_false, P, opc, "on_false")
+    out, fresh = dst_tile(ctx, dst, shape, dtype_of(dst, dtype, t.dtype), SBUF, opc, mask)
+    reads = [p.region(), t.region()] + ([ft.region()] if ft is not None else [])
+    writes = [out.region()] + ([reduce_res.region()] if reduce_res is not None else [])
+    ins = ctx.emit(opc, Engine.VECTOR, P, free_size(shape), t.dtype, reads, writes, src_extra(t))
+    vals = None
+    if pv is not None:
+        taken = (pv.reshape(shape) != 0) != bool(reverse_pred)
+        vals = np.where(taken, tv, bcast_shape(fv, shape)).astype(F32)
+    init = and_init(pini, tini, bcast_shape(fini, shape))
+    finish(ctx, out, fresh, vals, init, mask, ins)
+    cmd = getattr(reduce_cmd, "value", reduce_cmd)
+    if reduce_res is not None or cmd != "idle":
+        regs = registers(ctx, "vector_regs")
+        if cmd in ("reset", "reset_reduce") or (cmd == "idle" and reduce_res is not None):
+            regs[:P] = -np.inf
+        if cmd in ("reduce", "reset_reduce", "idle") and vals is not None:
+            regs[:P] = np.maximum(regs[:P], vals.reshape(P, -1).max(axis=1))
+        if reduce_res is not None:
+            onchip(ctx, reduce_res, "reduce_res", opc)
+            rini = None if init is None else init.reshape(P, -1).all(axis=1).reshape(reduce_res.shape)
+            reduce_res.write(None if vals is None else regs[:P].reshape(reduce_res.shape).copy(), rini, None)
+    return out
 
 
 def _moves_partitions(src, dst) -> bool:
