@@ -185,7 +185,7 @@ class NkiEmitter:
         mem = "psum" if dtype == "accum" else "sbuf"
         if dtype == "f32" and free > 1:
             dtype = self.wide_dtype
-        elif dtype == "state":  # f32 whatever its width (a running value carried across a walk)
+        elif dtype == "state":  # a running value carried across a walk: f32 whatever its width
             dtype = "f32"
         dt = "nl.float32" if dtype == "accum" else _DTYPE[dtype]
         self.tile_dtype[name] = "f32" if dtype in ("accum", "f32") else "kernel"
