@@ -33,7 +33,7 @@ def simplify(facts: Iterable[SizeFact]) -> tuple[SizeFact, ...]:
     """Lower bounds merged per dimension (the strongest kept, trivial ones dropped); the rest as given."""
     bounds: dict[str, int] = {}
     other: set[SizeFact] = set()
-    for fact in facts:
+    for fact in map(_bound_only, facts):
         bound = lower_bound(fact)
         if bound is None:
             if not _trivial(fact):
@@ -47,6 +47,14 @@ def simplify(facts: Iterable[SizeFact]) -> tuple[SizeFact, ...]:
 def _trivial(fact: SizeFact) -> bool:
     """Every size is a positive integer: a polynomial with positive coefficients is >= 1."""
     return fact.divisor == 1 and fact.minimum <= 1 and all(c > 0 for _, c in fact.size.terms)
+
+
+def _bound_only(fact: SizeFact) -> SizeFact:
+    """The fact without its divisibility where every coefficient is a multiple of the divisor
+    (-4 + 2*q is even for every q): what is left is a bound."""
+    if fact.divisor > 1 and all((c / fact.divisor).denominator == 1 for _, c in fact.size.terms):
+        return SizeFact(fact.size, 1, fact.minimum)
+    return fact
 
 
 def positivity(sizes: Iterable[Size]) -> list[SizeFact]:

@@ -415,3 +415,18 @@ def test_a_polynomial_of_high_degree_is_expanded_in_bounded_time_or_left_undecid
     assert v.status is Status.PROVED, v
     v = Verifier().check_programs(_nested(10, lambda x: x * x + x).graph, _nested(10, lambda x: x * (x + 1.0)).graph)
     assert v.status is Status.UNKNOWN and "expands past" in v.reason, v
+
+
+def test_a_claim_states_no_divisibility_every_size_has():
+    """x[:, ::2][:, 1::2] of a 4*q-wide x is x[:, 2::4]: the programs' facts '2*q even', '4*q a
+    multiple of 4' hold for every q, so the claim has no condition."""
+    @axon.program(x=("m", "4*q"))
+    def twice_strided(x):
+        return x[:, ::2][:, 1::2]
+
+    @axon.program(x=("m", "4*q"))
+    def strided_by_four(x):
+        return x[:, 2::4]
+
+    v = verdict(twice_strided, strided_by_four)
+    assert v.status is Status.PROVED and v.conditions == () and v.reason == "equal for all sizes", v
