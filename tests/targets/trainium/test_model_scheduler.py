@@ -226,35 +226,13 @@ def test_region_is_still_a_frozen_dataclass():
 def _matmuls_on(tiles: tuple, steps: int = 32) -> float:
     """Latency of two accumulation chains of bf16 [128 x 64] x [128 x 512] matmuls, interleaved,
     the first on PE tile tiles[0] and the second on tiles[1] (None: the whole array)."""
-    import textwrap
-
     import ml_dtypes
     import numpy as np
 
-    from axon.targets.trainium.simulator import simulate_source
-
-    arg = lambda t: "" if t is None else f", tile_position={t[0]}, tile_size={t[1]}"
-    src = "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n" + textwrap.dedent(f"""
-    @nki.jit
-    def k(a, b):
-        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-        ta = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
-        tb = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
-        nisa.dma_copy(dst=ta, src=a)
-        nisa.dma_copy(dst=tb, src=b)
-        p = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
-        q = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
-        for i in nl.sequential_range({steps}):
-            nisa.nc_matmul(dst=p, stationary=ta[:, 0:64], moving=tb{arg(tiles[0])})
-            nisa.nc_matmul(dst=q, stationary=ta[:, 64:128], moving=tb{arg(tiles[1])})
-        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=r[0:64, :], src=p)
-        nisa.tensor_copy(dst=r[64:128, :], src=q)
-        nisa.dma_copy(dst=out, src=r)
-        return out
-    """)
     a, b = np.ones((128, 128), ml_dtypes.bfloat16), np.ones((128, 512), ml_dtypes.bfloat16)
-    trace = simulate_source(src, "k", {"a": a, "b": b}, target="trn2").trace
+    kernel = load_kernel(str(HERE / "sim_kernel_pe_tiles.py"), "two_chains")
+    trace = simulate(kernel, {"a": a, "b": b, "steps": steps, "left": tiles[0], "right": tiles[1]},
+                     target="trn2").trace
     return perfmodel.estimate(trace, TRN2, serve_repeats=False).latency_ns
 
 

@@ -439,27 +439,14 @@ def test_nc_matmul_accumulates_in_psum_both_apis():
 
 
 def test_nc_matmul_in_tiling_mode_computes_the_same_product_and_records_its_pe_tile():
+    """The stationary's two halves on the two column halves of the PE array (column tiling)."""
+    from pathlib import Path
+
+    from axon.targets.trainium.simulator import load_kernel, simulate
+
     a, b = rand(64, 128), rand(64, 512)  # [K, M], [K, N]
-    body = """
-    @nki.jit
-    def k(a, b):
-        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-        ta = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
-        tb = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=ta, src=a)
-        nisa.dma_copy(dst=tb, src=b)
-        p = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
-        q = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
-        # the stationary's two halves on the two column halves of the PE array (column tiling)
-        nisa.nc_matmul(dst=p, stationary=ta[:, 0:64], moving=tb, tile_position=(0, 0), tile_size=(64, 64))
-        nisa.nc_matmul(dst=q, stationary=ta[:, 64:128], moving=tb, tile_position=(0, 64), tile_size=(64, 64))
-        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=r[0:64, :], src=p)
-        nisa.tensor_copy(dst=r[64:128, :], src=q)
-        nisa.dma_copy(dst=out, src=r)
-        return out
-    """
-    res = simulate_source(NEW + textwrap.dedent(body), "k", {"a": a, "b": b}, target="trn2")
+    kernel = load_kernel(str(Path(__file__).with_name("sim_kernel_pe_tiles.py")), "two_chains")
+    res = simulate(kernel, {"a": a, "b": b, "left": ((0, 0), (64, 64)), "right": ((0, 64), (64, 64))}, target="trn2")
     np.testing.assert_allclose(res.outputs, a.T @ b, rtol=1e-5, atol=1e-4)
     assert [i.extra.get("pe_tile") for i in res.trace if i.opcode == "nc_matmul"] == [(0, 0, 64, 64), (0, 64, 64, 64)]
 
