@@ -365,3 +365,92 @@ def test_layernorm_bn_stats_example(rows, cols):
     np.testing.assert_allclose(r.outputs, want, rtol=1e-4, atol=1e-4)
     n_bn = sum(ins.opcode == "bn_stats" for ins in r.trace)
     assert n_bn == -(-rows // 128) * -(-cols // 512)
+
+
+def test_mod_takes_the_divisors_sign_and_fmod_the_dividends():
+    """nl.mod is numpy.mod (the divisor's sign), nl.fmod numpy.fmod (the dividend's) [nl.mod, nl.fmod];
+    nisa.tensor_tensor with op=nl.mod means the same."""
+    x = np.array([[-7.0, 7.0, -5.5, 5.5]] * 4, np.float32)
+    y = np.array([[3.0, -3.0, 2.0, -2.0]] * 4, np.float32)
+    body = """
+    @nki.jit
+    def k(x, y):
+        a, b = nl.load(x), nl.load(y)
+        m = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=m, data1=a, data2=b, op=nl.mod)
+        outs = [nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm) for _ in range(3)]
+        nl.store(outs[0], nl.mod(a, b))
+        nl.store(outs[1], nl.fmod(a, b))
+        nl.store(outs[2], m)
+        return outs[0], outs[1], outs[2]
+    """
+    mod, fmod, isa_mod = sim(body, x=x, y=y).outputs
+    np.testing.assert_array_equal(mod, np.mod(x, y))
+    np.testing.assert_array_equal(fmod, np.fmod(x, y))
+    np.testing.assert_array_equal(isa_mod, np.mod(x, y))
+    assert (np.mod(x, y) != np.fmod(x, y)).any()  # the case tells them apart
+
+
+def test_activation_idle_reads_the_registers_out_unchanged():
+    """reduce_cmd=idle does not modify reduce_regs; with reduce_res it reads them out [isa activation]:
+    the sum of the first half, accumulated by the call before, not of the second half."""
+    x = rand(128, 64)
+    body = """
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        e = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=e, op=nl.copy, data=t[:, 0:32], reduce_op=nl.add,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        e2 = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=e2, op=nl.copy, data=t[:, 32:64], reduce_op=nl.add, reduce_res=s)
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, s)
+        return out
+    """
+    np.testing.assert_allclose(sim(body, x=x).outputs[:, 0], x[:, :32].sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_nc_transpose_flattens_several_free_axes():
+    """"If the data tile has more than one free axis, this API implicitly flattens all free axes into
+    one axis and then performs a 2D transpose" [isa nc_transpose]."""
+    x = rand(64, 4, 8)
+    body = """
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        tp = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.psum)
+        nisa.nc_transpose(dst=tp, data=t)
+        out = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(tp))
+        return out
+    """
+    np.testing.assert_array_equal(sim(body, x=x).outputs, x.reshape(64, 32).T)
+
+
+def test_partition_reduce_mean_and_nl_mean_elsewhere():
+    """tensor_partition_reduce takes nl.mean [isa]; an instruction that has no mean says so rather
+    than summing."""
+    x = rand(96, 40)
+    body = """
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        r = nl.ndarray((1, 40), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(dst=r, op=nl.mean, data=t)
+        out = nl.ndarray((1, 40), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, r)
+        return out
+    """
+    np.testing.assert_allclose(sim(body, x=x).outputs, x.mean(axis=0, keepdims=True), rtol=1e-5, atol=1e-6)
+    bad = """
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        r = nl.ndarray((96, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.mean, data=t, axis=1, keepdims=True)
+        return x
+    """
+    with pytest.raises(KernelError, match="unsupported operator nl.mean"):
+        sim(bad, x=x)

@@ -59,9 +59,10 @@ def activation(ctx, dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_
     cmd = getattr(reduce_cmd, "value", reduce_cmd)
     if reduce_res is not None or cmd != "idle":
         regs = registers(ctx, "scalar_regs")
-        if cmd in ("reset", "reset_reduce") or (reduce_res is not None and cmd == "idle"):
+        # idle leaves the registers as they are: with reduce_res it reads them out [isa activation]
+        if cmd in ("reset", "reset_reduce"):
             regs[:P] = 0
-        if cmd in ("reduce", "reset_reduce") or (reduce_res is not None and cmd == "idle"):
+        if cmd in ("reduce", "reset_reduce"):
             if vals is not None:
                 r = vals if m is None else np.where(m, vals, 0)
                 regs[:P] += r.reshape(P, -1).sum(axis=1)

@@ -50,8 +50,8 @@ def tensor_reduce(ctx, dst, op, data, axis, negate=False, keepdims=False, mask=N
 
 def tensor_partition_reduce(ctx, dst, op, data, mask=None, dtype=None, name=None, **_):
     opc = "tensor_partition_reduce"
-    mean = getattr(op, "op", op) is not None and getattr(op, "name", "") in ("mean", "average")
-    fn = ops.lookup(op, 2)
+    mean = getattr(op, "name", "") == "mean"  # nl.mean: the sum over partitions, divided by their number
+    fn = ops.OPS["add"] if mean else ops.lookup(op, 2)
     src = onchip(ctx, data, "data", opc)
     check_layout(ctx, src, opc, "data")
     shape = (1,) + tuple(src.shape[1:])

@@ -109,9 +109,9 @@ def _pe_tile(ctx, tile_position, tile_size, K: int, M: int, perf_mode):
 def nc_transpose(ctx, dst, data, engine=None, mask=None, dtype=None, name=None, **_):
     op = "nc_transpose"
     src = onchip(ctx, data, "data", op)
-    if len(src.shape) != 2:
-        raise KernelError(f"nisa.nc_transpose: data must be 2-D, got shape {src.shape}")
-    P, F = src.shape
+    if len(src.shape) < 2:
+        raise KernelError(f"nisa.nc_transpose: data needs a free axis, got shape {src.shape}")
+    P, F = src.shape[0], free_size(src.shape)  # several free axes: flattened into one [isa]
     default = Engine.TENSOR if (dst is None or dst.buf.memory is PSUM) else Engine.VECTOR
     eng = engine_of(engine, default)
     if eng is Engine.TENSOR:
@@ -132,4 +132,5 @@ def nc_transpose(ctx, dst, data, engine=None, mask=None, dtype=None, name=None, 
     v, ini = read(ctx, src, op, "data")
     ins = ctx.emit(op, eng, P, F, src.dtype, (src.region(),), (out.region(),),
                    {"stationary_free": P, "moving_free": P, "contraction": P} if eng is Engine.TENSOR else None)
-    return finish(ctx, out, fresh, None if v is None else v.T, None if ini is None else ini.T, mask, ins)
+    flat = lambda a: None if a is None else a.reshape(P, F).T
+    return finish(ctx, out, fresh, flat(v), flat(ini), mask, ins)

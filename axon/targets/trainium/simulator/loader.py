@@ -153,18 +153,19 @@ class _AnyType:
 class LangOp:
     """nl.add, nl.exp, ...: callable as nki.language functions and usable as `op=` fields."""
 
-    def __init__(self, ctx, op: ops.Op, kind: str):
+    def __init__(self, ctx, op: ops.Op, kind: str, name: str = ""):
         self.op, self._ctx, self._kind = op, ctx, kind
+        self.name = name or op.name  # nl.mean: the sum, divided ("mean" kind)
 
     def __call__(self, *args, **kw):
         if self._kind == "unary":
             return language.unary(self._ctx, self.op, *args, **kw)
         if self._kind == "binary":
             return language.binary(self._ctx, self.op, *args, **kw)
-        return language.reduce(self._ctx, self.op, *args, **kw)
+        return language.reduce(self._ctx, self.op, *args, mean=self._kind == "mean", **kw)
 
     def __repr__(self):
-        return f"nl.{self.op.name}"
+        return f"nl.{self.name}"
 
 
 _REDUCTIONS = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply",
@@ -184,7 +185,7 @@ def _language_module(ctx, module_name: str) -> types.ModuleType:
     d["invert"] = d["logical_not"]
     for name, opname in _REDUCTIONS.items():
         d[name] = LangOp(ctx, ops.OPS[opname], "reduce")
-    d["mean"] = functools.partial(language.reduce, ctx, ops.OPS["add"], mean=True)
+    d["mean"] = LangOp(ctx, ops.OPS["add"], "mean", name="mean")
     for name in ("ndarray", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
                  "shared_identity_matrix", "load", "store", "load_transpose2d", "matmul",
                  "transpose", "affine_range", "sequential_range", "static_range", "program_id",
