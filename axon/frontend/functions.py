@@ -28,7 +28,9 @@ def _traced(op: Op, *args):
 
 def constant(value, trace: Trace) -> Tensor:
     """A number or a size as a rank-0 tensor of `trace`."""
-    return Tensor(Node(Op.CONST, (), ConstParams(value if isinstance(value, Size) else _finite(value)), ()), trace)
+    if isinstance(value, Size):
+        return trace.size_constant(value)
+    return Tensor(Node(Op.CONST, (), ConstParams(_finite(value)), ()), trace)
 
 
 def _unary(op: Op):

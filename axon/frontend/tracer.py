@@ -51,7 +51,22 @@ class Trace:
             shown = ", ".join(t.describe() for t in operands)
             raise ShapeError(f"{_user_location()}{what or op.value}({shown}): {err}") from None
         self.constraints.update(OP_SPECS[op].constraints(tuple(n.shape for n in nodes), params))
+        self.require_integers(node.shape)
         return Tensor(node, self)
+
+    def size_constant(self, value: Size) -> "Tensor":
+        """A size as a rank-0 tensor of this trace (`x * (x.shape[1] // 2)`)."""
+        self.require_integers((value,))
+        return Tensor(Node(Op.CONST, (), ConstParams(value), ()), self)
+
+    def require_integers(self, sizes) -> None:
+        """A size the program computes with (a shape, or `n // 2` as a number) is a whole number:
+        the program requires it (n // 2 needs n even, as in a slice bound), or `//` would be `/`."""
+        for size in sizes:
+            fact = size.integral()
+            if fact is not None and not any(f.size == fact.size and f.divisor % fact.divisor == 0
+                                             for f in self.constraints):
+                self.constraints.add(fact)
 
 
 def _finite(value: Real) -> Real:
@@ -112,7 +127,7 @@ class Tensor:
         if isinstance(value, Real) and not isinstance(value, bool):
             return Tensor(Node(Op.CONST, (), ConstParams(_finite(value)), ()), self.trace)
         if isinstance(value, Size):
-            return Tensor(Node(Op.CONST, (), ConstParams(value), ()), self.trace)
+            return self.trace.size_constant(value)
         raise UnsupportedError(f"{_user_location()}operand of type {type(value).__name__} is not supported: "
                                "use Python numbers as constants and pass arrays as program inputs")
 

@@ -39,7 +39,8 @@ class Size:
             return Size({(value,): Fraction(1)})
         if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
             return Size({(): Fraction(value)})
-        raise TypeError(f"not a size: {value!r}")
+        raise TypeError(f"not a size: {value!r} (a size combines with integers and sizes; for a number "
+                        f"such as n * 0.5, scale a tensor by the size instead: x * n * 0.5)")
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -132,10 +133,13 @@ class Size:
         return Size({m: c / divisor for m, c in self.terms})
 
     def __floordiv__(self, divisor: int) -> "Size":
-        """`x.shape[1] // 2` in a program: exact division, so an operator using the result (a slice
-        bound) records that it must be an integer (`integral`)."""
+        """`x.shape[1] // 2` in a program: Python's floor division of a literal size; of a symbolic
+        one, exact division, so the program that uses the result records that it must be an
+        integer (`integral`; frontend.tracer), which makes it the floor too."""
         if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor <= 0:
             raise TypeError(f"a size can only be divided by a positive integer, not {divisor!r}")
+        if self.is_constant and self.constant.denominator == 1:
+            return Size.of(int(self.constant) // divisor)
         return self.divide(divisor)
 
     def integral(self) -> "SizeFact | None":

@@ -21,6 +21,7 @@ canonical text) and stats.
 from __future__ import annotations
 
 import enum
+from fractions import Fraction
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -171,11 +172,16 @@ class Verifier:
         why = f"output {k} has shape {format_shape(oa.shape)} vs {format_shape(ob.shape)}"
         nodes = toposort(a.outputs + b.outputs)
         rng = np.random.default_rng(self.seed)
-        for binding in numeric.bindings(numeric.node_dims(nodes), nodes, a.constraints | b.constraints, 50, rng):
+        dims = numeric.node_dims(nodes)
+        found = numeric.bindings(dims, nodes, a.constraints | b.constraints, 50, rng, max_elements=None)
+        for binding in found:
             sa, sb = bind_shape(oa.shape, binding), bind_shape(ob.shape, binding)
             if sa != sb:
                 cex = {"sizes": binding, "output": k, "shape_a": sa, "shape_b": sb}
                 return Verdict(Status.REFUTED, f"{why}: {_describe(cex)}", cex)
+        if not found:
+            needs = "; ".join(sorted({f.describe() for f in a.constraints | b.constraints if f.describe()}))
+            return Verdict(Status.UNKNOWN, f"{why}, and no small sizes meet both programs' requirements ({needs})")
         return Verdict(Status.UNKNOWN, f"{why}, but no small sizes were found where they differ")
 
     def _prove(self, a: Graph, b: Graph, claim: Claim) -> Verdict:
@@ -189,7 +195,8 @@ class Verifier:
             index = output_index(oa.rank)
             try:  # one encoder per output: its terms are simplified within this output's index ranges
                 enc = Encoder(alg)
-                with T.ranged(zip(index, map(size_poly, oa.shape))):
+                whole = (p * T.Poly.const(Fraction(1, d)) for p, d, _ in facts if d > 1)
+                with T.ranged(zip(index, map(size_poly, oa.shape))), T.integers(whole):
                     difference = enc.term(oa, index) - enc.term(ob, index)
             except (Undefined, TooLarge, UnsupportedError, RecursionError) as err:
                 return Verdict(Status.UNKNOWN, f"output {k} could not be encoded symbolically: {err}",

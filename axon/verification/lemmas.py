@@ -50,6 +50,7 @@ LEMMAS: dict[str, Lemma] = {lemma.name: lemma for lemma in [
                                                   max(max(x[c * i + k] for k in range(c)) for i in range(n))])))(
               rng.standard_normal(3 * n), 3)),
     Lemma("fold_cases", "fold_{r < E} b(r) = fold_{r < k} b(r) (+) fold_{r < E - k} b(r + k), 1 <= k <= E - 1, "
+          "k an integer (the integer threshold of r's comparison with c: ceil(c) for a constant c), "
           "with a comparison of r against k decided on each side",
           "[0, E) is the disjoint union of [0, k) and k + [0, E - k); combine is associative and commutative",
           lambda rng, n: (lambda x, k: (np.array([x.sum(), x.max()]),

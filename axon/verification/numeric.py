@@ -32,6 +32,7 @@ SCREEN_ULPS = 64      # float64 flags |a - b| > SCREEN_ULPS * eps * (|a| + |b|) 
 CONFIRM_PER_OUTPUT = 16  # flagged elements rechecked in high precision per output and binding
 RUNGS = 4             # a difference is confirmed at up to 4 precisions: PRECISION_DIGITS, 2x, 4x, 8x
 MAX_ELEMENTS = 4096   # per input tensor: keeps one trial to milliseconds
+LARGE_ELEMENTS = 1 << 20  # the most a lone trial may take where no binding is under MAX_ELEMENTS
 GRID = (1, 2, 3, 4)   # the sizes `domain_failures` tries along each dimension (1, 2, 3 past 2 dims)
 ZERO = 1e-9           # |divisor| below this at one element on every draw of DRAWS: zero for every input
 DIVISOR_OPERANDS = {Op.DIV: 1, Op.RECIPROCAL: 0, Op.RSQRT: 0, Op.LOG: 0}  # operand that must be != 0
@@ -89,23 +90,30 @@ def least_sizes(dims: Sequence[str], nodes: Sequence[Node]) -> dict[str, int]:
 
 
 def bindings(dims: Sequence[str], nodes: Sequence[Node], constraints, count: int,
-             rng: np.random.Generator) -> list[dict[str, int]]:
+             rng: np.random.Generator, max_elements: Optional[int] = MAX_ELEMENTS) -> list[dict[str, int]]:
     """Up to `count` valid size bindings: distinct values first, then random small ones, each
-    counted from the dimension's least size (`least_sizes`: a slice x[:, 16:] needs n >= 17)."""
+    counted from the dimension's least size (`least_sizes`: a slice x[:, 16:] needs n >= 17),
+    with at most `max_elements` in any value (None: any number, for shapes alone)."""
     found: list[dict[str, int]] = []
     base = {d: v - 1 for d, v in least_sizes(dims, nodes).items()}
     candidates = [{d: base[d] + 2 + i for i, d in enumerate(dims)}, {d: base[d] + 2 * (2 + i) for i, d in enumerate(dims)}]
     for _ in range(200):
         candidates.append({d: base[d] + int(rng.integers(1, 6)) for d in dims})
+    smallest, smallest_elements = None, LARGE_ELEMENTS + 1
     for binding in candidates:
         if len(found) >= count:
             break
         if binding in found or not valid_binding(binding, nodes, constraints):
             continue
-        if any(np.prod(bind_shape(n.shape, binding), dtype=np.int64) > MAX_ELEMENTS for n in nodes):
+        elements = max((int(np.prod(bind_shape(n.shape, binding), dtype=np.int64)) for n in nodes), default=0)
+        if max_elements is not None and elements > max_elements:
+            if elements < smallest_elements:
+                smallest, smallest_elements = binding, elements
             continue
         found.append(binding)
-    return found
+    # a literal size past MAX_ELEMENTS (a width of 6000) leaves no small binding: one larger trial
+    # rather than none, so that such a program is checked numerically at all
+    return found or ([smallest] if smallest is not None else [])
 
 
 def random_inputs(inputs: Sequence[Node], binding: Mapping[str, int], rng: np.random.Generator) -> dict:

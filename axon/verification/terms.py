@@ -649,14 +649,59 @@ def _threshold(p: Poly, binder: Var) -> Optional[tuple[Atom, Poly, bool]]:
             s = next((c for m, c in d.terms if m == ((binder, 1),)), None)
             c0 = d - r * s if s in (1, -1) else None
             if c0 is not None and binder.key not in c0.free:
-                # s = -1: c0 - r > 0 <=> r < c0 (ge: r < c0 + 1); s = 1: r + c0 > 0 <=> r >= 1 - c0 (ge: -c0)
-                k = (c0 if a.op == "gt" else c0 + ONE) if s == -1 else (ONE - c0 if a.op == "gt" else -c0)
-                return a, k, s == -1
+                k = _integer_threshold(c0 if s == -1 else -c0, a.op == "gt", s == -1)
+                if k is not None:
+                    return a, k, s == -1
         for part in _parts(a):
             found = _threshold(part, binder)
             if found is not None:
                 return found
     return None
+
+
+def _integer_threshold(c: Poly, strict: bool, below: bool) -> Optional[Poly]:
+    """The integer k at which the comparison of an integer index r with c changes: below, r < c
+    (strict) or r <= c holds exactly for r < k; else r > c (strict) or r >= c exactly for r >= k.
+    For an integer c: c (r < c), c + 1 (r <= c), c + 1 (r > c), c (r >= c). For a constant c
+    that is not an integer, ceil(c) either way. Otherwise None: a symbolic c is split at only where
+    it is an integer (integer coefficients over sizes, or a size the program requires whole,
+    `integers`), since r < n/2 + 1/2 counts n/2 + 1 indices, not n/2 + 1/2."""
+    if c.is_const and c.value.denominator != 1:
+        return Poly.const(-((-c.value.numerator) // c.value.denominator))
+    if not _whole(c):
+        return None
+    return c + ONE if strict != below else c
+
+
+def _whole(p: Poly) -> bool:
+    """p is an integer for every size the program allows: its atoms are integers (sizes, indices,
+    floordiv/mod of them) and, but for a multiple of one size the program requires whole
+    (`integers`: n/2 where n must be even), its coefficients are integers."""
+    if not all(isinstance(a, Var) or (isinstance(a, Fn) and a.op in ("floordiv", "mod")) for m, _ in p.terms for a, _ in m):
+        return False
+    if _integral(p):
+        return True
+    for whole in _WHOLE:
+        d = max(c.denominator for _, c in whole.terms)
+        if any(_integral(p - whole * q) for q in range(1, d)):
+            return True
+    return False
+
+
+# Size polynomials the programs being compared require to be integers (their SizeFacts: n/2 for
+# "n even"), set around a proof by `integers`, so a comparison with n // 2 may split a fold.
+_WHOLE: list[Poly] = []
+
+
+@contextmanager
+def integers(polys: Iterable[Poly]):
+    """Size polynomials known to be integers while the block runs."""
+    added = [Poly.of(p) for p in polys if not _integral(Poly.of(p))]
+    _WHOLE.extend(added)
+    try:
+        yield
+    finally:
+        del _WHOLE[len(_WHOLE) - len(added):]
 
 
 def _parts(a: Atom) -> tuple[Poly, ...]:

@@ -134,3 +134,53 @@ def test_error_bounds_of_an_exact_mask_do_not_flip_and_an_inexact_one_may():
     (ref,), tol = kernel_reference(positive_part_mask.graph, {"x": x}, "bfloat16")
     assert np.all(tol.bounds[0][0, :3] <= 1e-30)  # narrowing cannot move them across 0
     assert tol.bounds[0][0, 3] >= 1.0  # a subnormal that bfloat16 may round to 0: the mask may flip
+
+
+@axon.program(x=("m", "n"))
+def count_below_fraction(x):
+    return x * (axon.arange(6000) < 2.5).sum()
+
+
+@axon.program(x=("m", "n"))
+def times_two_and_a_half(x):
+    return x * 2.5
+
+
+@axon.program(x=("m", "n"))
+def times_three(x):
+    return x * 3.0
+
+
+@axon.program(x=("m", "n"))
+def count_at_least_fraction(x):
+    return x * (axon.arange(6000) >= 5997.5).sum()
+
+
+@axon.program(x=("m", "n"))
+def times_two(x):
+    return x * 2.0
+
+
+def test_a_fractional_threshold_counts_whole_indices():
+    """r < 2.5 holds at r = 0, 1, 2: three indices, not 2.5 (the fold split at the threshold took
+    the fraction for a count); r >= 5997.5 at two. The width of 6000 is past the small-trial
+    limit, so the refuter's one larger trial is what catches the false pairs."""
+    assert verdict(count_below_fraction, times_two_and_a_half).status is Status.REFUTED
+    assert verdict(count_below_fraction, times_three).status is Status.PROVED
+    assert verdict(count_at_least_fraction, times_two_and_a_half).status is Status.REFUTED
+    assert verdict(count_at_least_fraction, times_two).status is Status.PROVED
+
+
+@axon.program(x=("m", "n"))
+def count_below_half_plus(x):
+    return x * (axon.arange("n") - 0.5 < x.shape[1] // 2).sum()
+
+
+@axon.program(x=("m", "n"))
+def times_half_plus_half(x):
+    return x * (x.shape[1] // 2) + x * 0.5
+
+
+def test_a_threshold_off_the_integers_is_not_split():
+    """r < n/2 + 1/2 counts n/2 + 1 indices for an even n: never proved equal to n/2 + 1/2."""
+    assert verdict(count_below_half_plus, times_half_plus_half).status is not Status.PROVED
