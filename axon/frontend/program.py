@@ -46,10 +46,11 @@ class Program:
             inputs.append(node)
             tensors[pname] = Tensor(node, trace, label=pname)
         outer, Trace.active = Trace.active, trace
+        size_rules, Size.in_program = Size.in_program, True
         try:
             result = self.fn(**tensors)
         finally:
-            Trace.active = outer
+            Trace.active, Size.in_program = outer, size_rules
         outputs = result if isinstance(result, tuple) else (result,)
         for out in outputs:
             if not isinstance(out, Tensor):

@@ -69,6 +69,14 @@ class Trace:
                 self.constraints.add(fact)
 
 
+def _size_as_number(size: Size):
+    """`d ** -0.5`, `n * 0.5`, `1.0 / n` in a program: the size as a rank-0 constant of the trace."""
+    return Trace.active.size_constant(size) if Trace.active is not None else None
+
+
+Size.as_number = _size_as_number
+
+
 def _finite(value: Real) -> Real:
     """Programs compute over the reals, and their reference in float64: a constant must be both."""
     try:
@@ -169,6 +177,8 @@ class Tensor:
         for a in axes:
             if not isinstance(a, int) or not -self.ndim <= a < self.ndim:
                 raise ShapeError(f"{_user_location()}axis {a!r} is out of range for {self.describe()}")
+            if a % self.ndim in out:
+                raise ShapeError(f"{_user_location()}axis {a!r} is repeated in {axis!r}")
             out.append(a % self.ndim)
         return out
 

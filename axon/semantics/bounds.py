@@ -229,7 +229,7 @@ class _Val:
     def shared(self) -> "_Val":
         """The same error, once other elements share it (a broadcast, a matmul's row, a scan's
         prefix): its independent part is spent into the fixed one at LAMBDA."""
-        return _Val(self.v, self.det, self.likely(), _zeros(np.shape(self.v)))
+        return _Val(self.v, self.det, np.fmin(self.det, self.likely()), _zeros(np.shape(self.v)))
 
 
 def _clean(x):

@@ -9,16 +9,29 @@ constant stop needs its symbolic axis to be long enough).
 """
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd
-from typing import Mapping, Union
+from typing import Callable, ClassVar, Mapping, Optional, Union
+
+from axon.errors import UnsupportedError
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 Monomial = tuple[str, ...]  # sorted dimension names, repeated for powers; () is the constant term
 
 
 class Size:
     __slots__ = ("terms", "_hash")
+
+    # Set while a program's own Python code runs (frontend.program): there a comparison or truth
+    # test of a symbolic size (`if x.shape[1] == 3:`) would pick one branch for every size.
+    in_program: ClassVar[bool] = False
+    # A size meeting a float or a tensor there (`d ** -0.5`, `n * 0.5`) is a number of the program
+    # being traced: the frontend sets this to lift a size into a rank-0 constant tensor.
+    as_number: ClassVar[Optional[Callable[["Size"], object]]] = None
 
     def __init__(self, terms: Mapping[Monomial, Fraction]):
         canon = tuple(sorted((m, Fraction(c)) for m, c in terms.items() if c != 0))
@@ -101,7 +114,19 @@ class Size:
         return int(value)
 
     # -- arithmetic -----------------------------------------------------------------------
+    def _number(self, op, other, reverse: bool = False):
+        """`self op other` where other is no size (a float, a tensor): the size as a number of the
+        program being traced; NotImplemented for a tensor outside one (its own operator decides)."""
+        number = Size.as_number(self) if Size.as_number is not None else None
+        if number is not None:
+            return op(other, number) if reverse else op(number, other)
+        if isinstance(other, float):
+            Size.of(other)  # the error that names the way to write it
+        return NotImplemented
+
     def __add__(self, other: "SizeLike") -> "Size":
+        if not _size_like(other):
+            return self._number(lambda a, b: a + b, other)
         out = dict(self.terms)
         for m, c in Size.of(other).terms:
             out[m] = out.get(m, Fraction(0)) + c
@@ -113,12 +138,31 @@ class Size:
         return Size({m: -c for m, c in self.terms})
 
     def __sub__(self, other: "SizeLike") -> "Size":
+        if not _size_like(other):
+            return self._number(lambda a, b: a - b, other)
         return self + (-Size.of(other))
 
     def __rsub__(self, other: "SizeLike") -> "Size":
+        if not _size_like(other):
+            return self._number(lambda a, b: a - b, other, reverse=True)
         return Size.of(other) - self
 
+    def __truediv__(self, other):
+        return self._number(lambda a, b: a / b, other)
+
+    def __rtruediv__(self, other):
+        return self._number(lambda a, b: a / b, other, reverse=True)
+
+    def __pow__(self, other):
+        return self._number(lambda a, b: a ** b, other)
+
+    def __float__(self):
+        raise TypeError(f"the symbolic size {self} has no float value: write functions of sizes with axon "
+                        f"(axon.sqrt(n), axon.rsqrt(n), n ** -0.5 inside a program)")
+
     def __mul__(self, other: "SizeLike") -> "Size":
+        if not _size_like(other):
+            return self._number(lambda a, b: a * b, other)
         out: dict[Monomial, Fraction] = {}
         for m1, c1 in self.terms:
             for m2, c2 in Size.of(other).terms:
@@ -154,9 +198,25 @@ class Size:
 
     # -- identity -------------------------------------------------------------------------
     def __eq__(self, other) -> bool:
+        return self._equal(other, "==")
+
+    def __ne__(self, other) -> bool:
+        return not self._equal(other, "!=")
+
+    def _equal(self, other, symbol: str) -> bool:
         if isinstance(other, (int, str, Fraction)) and not isinstance(other, bool):
             other = Size.of(other)
-        return isinstance(other, Size) and self.terms == other.terms
+        equal = isinstance(other, Size) and self.terms == other.terms
+        if not equal and isinstance(other, Size) and Size.in_program and not (self - other).is_constant:
+            _refuse_in_program(f"{self} {symbol} {other}", "true at some sizes and false at others", depth=3)
+        return equal
+
+    def __bool__(self) -> bool:
+        if self.is_constant:
+            return self.constant != 0
+        if Size.in_program and not all(c > 0 for _, c in self.terms):
+            _refuse_in_program(f"the truth of {self}", "false at some sizes", depth=2)
+        return True
 
     def __hash__(self) -> int:
         return self._hash
@@ -184,6 +244,22 @@ class Size:
 
 
 SizeLike = Union[Size, str, int, Fraction]
+
+
+def _size_like(value) -> bool:
+    return isinstance(value, (Size, str, int, Fraction)) and not isinstance(value, bool)
+
+
+def _refuse_in_program(what: str, why: str, depth: int) -> None:
+    """A Python decision on a symbolic size in a program's own code (not Axon's, which compares
+    shapes as polynomials; `depth` frames up): it would hold for some sizes only, so tracing
+    cannot take it."""
+    frame = sys._getframe(depth)
+    if frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
+        return
+    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}: "
+    raise UnsupportedError(f"{where}{what} in Python is {why}: a program's code cannot branch on a symbolic "
+                           "size (give the size as a number, or compute both cases with axon.where)")
 Shape = tuple[Size, ...]
 
 

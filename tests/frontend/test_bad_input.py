@@ -124,8 +124,41 @@ def test_a_file_that_fails_to_import_is_one_line_naming_the_line_that_failed(tmp
     from axon.frontend.loading import load_program
 
     path = tmp_path / "model.py"
-    path.write_text("import axon\n\n@axon.program(q=('s', 'd'))\ndef f(q):\n    return q * q.shape[1] ** -0.5\n")
+    path.write_text("import axon, math\n\n@axon.program(q=('s', 'd'))\ndef f(q):\n    return q * math.sqrt(q.shape[1])\n")
     with pytest.raises(InputError) as info:
         load_program(f"{path}:f")
     message = str(info.value)
-    assert "\n" not in message and f"{path}:5: TypeError" in message
+    assert "\n" not in message and f"{path}:5: TypeError" in message and "axon.sqrt(n)" in message
+
+
+def test_a_branch_on_a_symbolic_size_is_refused_at_its_line():
+    """`if x.shape[1] == 3:` would take one branch for every size (a traced program that is not the
+    one written, proved equal to the other branch): refused, naming the line; a branch that holds at
+    every size (n == n, a size's truth) is fine."""
+    def body(cond):
+        @axon.program(x=("m", "n"))
+        def f(x):
+            if cond(x.shape):
+                return x.sum(axis=1)
+            return x.max(axis=1)
+        return f.graph
+
+    for cond, what in ((lambda s: s[1] == 3, "n == 3"), (lambda s: s[0] != s[1], "m != n"),
+                       (lambda s: s[1] - 1, r"the truth of -1 \+ n")):
+        with pytest.raises(UnsupportedError, match=f"test_bad_input.py:\\d+: {what} in Python"):
+            body(cond)
+    assert body(lambda s: s[1] == s[1] and s[1]).outputs[0].op.value == "sum"
+
+
+def test_sizes_as_numbers_and_repeated_axes():
+    @axon.program(q=("s", "d"), k=("t", "d"))
+    def scaled(q, k):
+        return (q @ k.T) * q.shape[-1] ** -0.5 + 1.0 / k.shape[0] - (q.shape[0] * 0.5)
+
+    q, k = np.arange(12.0).reshape(3, 4), np.ones((5, 4))
+    np.testing.assert_allclose(scaled(q, k), q @ k.T / 2 + 1 / 5 - 1.5)
+
+    with pytest.raises(ShapeError, match="axis 0 is repeated"):
+        @axon.program(x=("m", "n"))
+        def twice(x):
+            return x.sum(axis=(0, 0))
