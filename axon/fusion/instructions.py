@@ -133,7 +133,16 @@ def _fuse_pair(synth, operands, steps, outputs, memories, i, j):
                default=None)
     if best is None:
         return None
-    new_index = j - 1  # step i is removed, the fused step takes j's place
+    # the fused step takes j's place, or i's where a step between them reads i (j's other operands
+    # must then come before i): either way every step still follows the steps it reads
+    reads = lambda k, src: any(a.kind == "step" and a.index == src for _, a in steps[k].args)
+    if any(reads(k, i) for k in range(i + 1, j)):
+        if any(a.kind == "step" and i < a.index < j for _, a in steps[j].args):
+            return None
+        position, removed = i, j
+    else:
+        position, removed = j, i
+    new_index = position - (1 if position > removed else 0)
 
     def remap(arg: Arg) -> Arg:
         if arg.kind != "step":
@@ -141,16 +150,16 @@ def _fuse_pair(synth, operands, steps, outputs, memories, i, j):
         if arg.index in (i, j):
             k = needed.index((arg.index, arg.output))
             return Arg("step", new_index, output=best.outputs[k].output)
-        return replace(arg, index=arg.index - (1 if arg.index > i else 0))
+        return replace(arg, index=arg.index - (1 if arg.index > removed else 0))
 
     (fused,) = best.steps  # its operands a_k are the pair's external arguments, mapped back
     fused = replace(fused, args=tuple((slot, remap(arg_of[f"a{a.index}"]) if a.kind == "operand" else a)
                                       for slot, a in fused.args))
     new_steps = []
     for k, step in enumerate(steps):
-        if k == i:
+        if k == removed:
             continue
-        new_steps.append(fused if k == j else replace(step, args=tuple((s, remap(a)) for s, a in step.args)))
+        new_steps.append(fused if k == position else replace(step, args=tuple((s, remap(a)) for s, a in step.args)))
     record = Fusion((steps[i].instruction, steps[j].instruction), fused.instruction, best.verdict_status,
                     best.solver_time_s, best.query)
     return new_steps, [remap(o) for o in outputs], record

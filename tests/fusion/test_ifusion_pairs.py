@@ -103,3 +103,21 @@ def test_refuted_fusion_is_not_applied():
     lw = _lowering(pattern, [TS(S.DIV, Arg("operand", 1), Arg("const", value=4.0)),
                              TS(S.ADD, st, Arg("const", value=1e-6))], [Arg("step", 1)])
     assert fuse_steps(lw, Synthesizer(TRN2_ISA, Refuting())) == lw
+
+
+def test_a_pair_with_a_reader_between_keeps_the_steps_in_order(synth):
+    """exp; x * e (reads e); sum(e); (x * e) / sum: fusing exp with its sum puts the fused step
+    where the exp was, since the step between reads e (at the sum's place it would follow its reader)."""
+    e = make_node(Op.EXP, [A0])
+    s = make_node(Op.REDUCE_SUM, [e], AxisParams(1, True))
+    pattern = make_node(Op.DIV, [make_node(Op.MUL, [A2, e]), s])
+    lw = _lowering(pattern, [Step("activation", (("func", S.EXP),), (("data", op),)),
+                             Step("tensor_tensor", (("op", S.MUL),), (("data1", Arg("operand", 2)), ("data2", st))),
+                             Step("tensor_reduce", (("op", S.ADD), ("negate", False)), (("data", st),)),
+                             TS(S.DIV, Arg("step", 1), Arg("step", 2))],
+                   [Arg("step", 3)])
+    fused = fuse_steps(lw, synth)
+    assert fused.instructions[0] == "activation_reduce" and len(fused.steps) < len(lw.steps)
+    for k, step in enumerate(fused.steps):
+        assert all(a.index < k for _, a in step.args if a.kind == "step")
+    _same_values(synth, lw, fused)
