@@ -6,6 +6,7 @@ the summary elsewhere too. Progress goes to stderr, the report to stdout.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -60,6 +61,14 @@ def run(args) -> int:
     from axon.search.optimize import DEFAULT_BUDGET_S, launcher_path, optimize
 
     sizes = parse_sizes(args.sizes) if args.sizes else args.case
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise InputError(f"bad --budget {args.budget}: a positive number of budget seconds")
+    for folder, flag in ((args.out_dir, "-o"), (Path(args.json_path).parent if args.json_path else None, "--json")):
+        if folder is not None:  # before the search, not after it
+            try:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise InputError(f"cannot write {flag} {folder}: {err.strerror or err}") from None
     progress = None if args.quiet else (lambda s: print(f"axon: {s}", file=sys.stderr, flush=True))
     result = optimize(args.program, sizes, target=args.target, dtype=args.dtype,
                       budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S,

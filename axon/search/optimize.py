@@ -35,6 +35,7 @@ from axon.search.database import code_fingerprint
 from axon.search.executor import make_executor
 from axon.search.select import WORK_PER_S, ResultCache, Timing, default_cache, rank
 from axon.semantics.bounds import describe
+from axon.semantics.ops import Op
 from axon.semantics.evaluate import check_constraints, dtype_named, fold_constants
 
 DEFAULT_BUDGET_S = 45.0  # ranking work, in seconds of a 2-core machine (select.WORK_PER_S: counted in
@@ -176,6 +177,7 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
     (search.executor) runs the timing simulations, several at once; the default is a process per
     usable core. It never changes the result."""
     prog, bench = resolve_program(program)
+    _check_outputs(prog)
     if intermediates not in INTERMEDIATES:
         raise InputError(f"intermediates {intermediates!r}: expected one of {', '.join(INTERMEDIATES)}")
     options = dict(budget_s=budget_s, variants=variants, cache=cache, algebra=algebra, fusion=fusion,
@@ -199,6 +201,20 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
             progress(f"not one kernel ({err}): optimizing it as several")
         return optimize_pipeline(prog, part, resolve_sizes(prog, bench, sizes), _optimize_piece, get_target(target),
                                  dtype, seed=seed, out_dir=out_dir, progress=progress, **options)
+
+
+def _check_outputs(prog: Program) -> None:
+    """A kernel writes each output it computes once: an input returned as it is, or one value
+    returned twice, would be a tensor it never writes."""
+    seen = set()
+    for k, out in enumerate(prog.graph.outputs):
+        if out.op is Op.INPUT:
+            raise UnsupportedError(f"{prog.name}: output {k} is the input {out.params.name} itself; a kernel "
+                                   "returns values it computes (return the input from the caller instead)")
+        if out in seen:
+            raise UnsupportedError(f"{prog.name}: output {k} is the same value as an earlier output; a kernel "
+                                   "returns each value once (return it once and reuse it in the caller)")
+        seen.add(out)
 
 
 def _optimize_piece(prog, sizes, target, dtype, seed, progress, **options):

@@ -43,3 +43,32 @@ def test_a_kernel_without_a_matmul_says_nothing_of_matmul_tiles(tmp_path, monkey
     assert "stationary" not in source and "n_tile" not in source and "matmul n tile" not in source
     mm = axon.optimize("matmul", {"m": 128, "k": 128, "n": 512}, dtype="float32").kernel_source
     assert "stationary operands transposed by" in mm and "matmul n tile" in mm
+
+
+def test_bad_output_folder_and_budget_are_one_line_before_the_search(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for args, says in ((("-o", str(afile)), "cannot write -o"), (("-o", str(afile / "sub")), "cannot write -o"),
+                       (("--budget", "-5"), "bad --budget"), (("--budget", "nan"), "bad --budget")):
+        out = _axon("optimize", "relu", "--case", "small", "--quiet", *args)
+        assert out.returncode != 0 and says in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_an_output_that_is_an_input_or_returned_twice_is_refused():
+    import pytest
+    from axon.errors import UnsupportedError
+
+    @axon.program(x=("m", "n"), y=("m", "n"))
+    def passthrough(x, y):
+        return x * y, y
+
+    @axon.program(x=("m", "n"))
+    def twice(x):
+        e = axon.exp(x)
+        return e, e
+
+    with pytest.raises(UnsupportedError, match="output 1 is the input y itself"):
+        axon.optimize(passthrough, {"m": 128, "n": 128}, dtype="float32")
+    with pytest.raises(UnsupportedError, match="output 1 is the same value"):
+        axon.optimize(twice, {"m": 128, "n": 128}, dtype="float32")
