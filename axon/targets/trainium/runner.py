@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import ml_dtypes
 import numpy as np
 
 from axon.frontend.loading import load_from_file
@@ -72,13 +73,23 @@ def parse_input_spec(text: str) -> tuple[str, InputSpec]:
 
 
 def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz. NumPy saves an ml_dtypes bfloat16 array as 2-byte void (|V2), the
+    only dtype that becomes one: read back as bfloat16. A 1-byte void is one of the fp8 formats,
+    which the file does not say."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
+            arrays = {k: data[k] for k in data.files}
     except FileNotFoundError:
         raise InputError(f"--inputs file not found: {path}") from None
     except (OSError, ValueError) as err:
         raise InputError(f"cannot read --inputs {path}: {err}") from None
+    for k, a in arrays.items():
+        if a.dtype.kind == "V" and a.dtype.fields is None:
+            if a.dtype.itemsize != 2:
+                raise InputError(f"--inputs {path}: array {k!r} is {a.dtype.itemsize}-byte raw data (an fp8 "
+                                 "array, saved without its format): save it as float32 or bfloat16")
+            arrays[k] = a.view(ml_dtypes.bfloat16)
+    return arrays
 
 
 def _random(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:

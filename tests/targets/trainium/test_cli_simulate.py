@@ -56,6 +56,24 @@ def test_npz_inputs_named_after_parameters_and_a_wrong_reference(tmp_path):
     assert r.returncode == 1 and "MISMATCH" in r.stdout
 
 
+def test_npz_bfloat16_inputs_read_back_as_bfloat16(tmp_path):
+    """NumPy saves an ml_dtypes bfloat16 array as raw 2-byte data: read back as bfloat16 (the
+    tutorial asserts its inputs' dtype), not refused as |V2; a 1-byte one (fp8) is one line."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(2)
+    npz = tmp_path / "bf16.npz"
+    np.savez(npz, lhsT=rng.standard_normal((128, 128)).astype(ml_dtypes.bfloat16),
+             rhs=rng.standard_normal((128, 512)).astype(ml_dtypes.bfloat16))
+    ok = axon(TUTORIAL / "tiled.py", "--inputs", npz, "--reference", f"{TUTORIAL / 'reference.py'}:matmul", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["reference_ok"] is True
+    fp8 = tmp_path / "fp8.npz"
+    np.savez(fp8, lhsT=np.zeros((128, 128), ml_dtypes.float8_e4m3fn), rhs=np.zeros((128, 512), ml_dtypes.float8_e4m3fn))
+    r = axon(TUTORIAL / "tiled.py", "--inputs", fp8)
+    assert r.returncode != 0 and "1-byte raw data" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 def test_timing_only_needs_no_data():
     r = axon(TUTORIAL / "tiled.py", "--input", "lhsT=1024x256:bfloat16", "--input", "rhs=1024x1024:bfloat16",
              "--timing-only", "--json", "--target", "trn2")
