@@ -74,7 +74,11 @@ class RowWorld:
                 if roles.get(rhs) == "row" and (rhs.shape[-2] != row or (rhs.op is Op.INPUT and rhs in only_moving)):
                     roles[rhs] = "weight"
                 if roles.get(rhs) not in ("weight", "input", "view"):
-                    raise UnsupportedError(f"matmul's right operand {rhs.op.value} is computed on chip; "
+                    if rhs.op is Op.INPUT or rhs is node.inputs[0]:  # x @ x: the rows are the weight too
+                        raise UnsupportedError(f"matmul's right operand {_named(rhs)} is also its row operand "
+                                               "(x @ x): a kernel tiles one operand's rows and streams the other "
+                                               "whole; pass the weight as its own input")
+                    raise UnsupportedError(f"matmul's right operand {_named(rhs)} is computed on chip; "
                                            "only inputs (or their transposes) can be moving operands")
         return RowWorld(graph, row, batch, roles)
 
@@ -86,6 +90,10 @@ class RowWorld:
 
     def is_column(self, node: Node) -> bool:
         return node.rank >= 2 and node.shape[-1] == ONE and node.shape[-2] == self.row
+
+
+def _named(node: Node) -> str:
+    return f"input {node.params.name}" if node.op is Op.INPUT else node.op.value
 
 
 def _broadcast_batch(shapes) -> tuple:
@@ -127,8 +135,9 @@ def is_squeeze(node: Node) -> bool:
 def columns_for_vectors(graph: Graph) -> Graph:
     """`graph` with each output that a reduction over the last axis without keepdims computes
     (and element-wise operators on such, with constants: [m] or [b, s] of a [b, s, d]) computed as
-    the [.., 1] column instead, then squeezed (`is_squeeze`): the same values; a kernel stores
-    columns. Unchanged where there is none."""
+    the [.., 1] column instead, then squeezed (`is_squeeze`), and each such vector made a column
+    again inside (`x.mean(-1)[:, None]`) the column itself: the same values; a kernel stores and
+    broadcasts columns. Unchanged where there is none."""
     lifted: dict[Node, Optional[Node]] = {}
 
     def column(n: Node) -> Optional[Node]:
@@ -144,10 +153,24 @@ def columns_for_vectors(graph: Graph) -> Graph:
                     lifted[n] = make_node(n.op, ins, n.params)
         return lifted[n]
 
+    # inside: a vector made a column again (x.mean(-1)[:, None]) is the column itself
+    swap = {n: c for n in graph.nodes() if n.op is Op.RESHAPE and tuple(n.shape) == tuple(n.inputs[0].shape) + (ONE,)
+            and n.inputs[0].rank >= 1 and (c := column(n.inputs[0])) is not None}
+    memo: dict[Node, Node] = {}
+
+    def rebuilt(n: Node) -> Node:
+        if n not in memo:
+            if n in swap:
+                memo[n] = rebuilt(swap[n])
+            else:
+                ins = [rebuilt(x) for x in n.inputs]
+                memo[n] = n if all(a is b for a, b in zip(ins, n.inputs)) else make_node(n.op, ins, n.params)
+        return memo[n]
+
     outputs = []
     for o in graph.outputs:
         c = column(o) if o.rank >= 1 else None
-        outputs.append(o if c is None else make_node(Op.RESHAPE, [c], ReshapeParams(o.shape)))
+        outputs.append(rebuilt(o) if c is None else make_node(Op.RESHAPE, [rebuilt(c)], ReshapeParams(o.shape)))
     if all(a is b for a, b in zip(outputs, graph.outputs)):
         return graph
     return Graph(graph.inputs, tuple(outputs), graph.constraints)
@@ -173,7 +196,12 @@ def _role(node: Node, row: Size, roles: dict) -> str:
         raise UnsupportedError(f"{node.op.value} of a computed value is not supported inside a kernel")
     if node.rank >= 2 and node.shape[-2] == row:
         return "row"
-    raise UnsupportedError(f"operator {node.op.value} with shape ({', '.join(map(str, node.shape))}) has no "
+    shape = ", ".join(map(str, node.shape))
+    if any(roles.get(x) == "vector" for x in node.inputs) and all(roles.get(x) in ("vector", "const") for x in node.inputs):
+        raise UnsupportedError(f"operator {node.op.value} computes a ({shape}) vector from vector inputs, without "
+                               f"the row axis {row}: a kernel computes per row tile; compute it in the caller and "
+                               f"pass it as an input")
+    raise UnsupportedError(f"operator {node.op.value} with shape ({shape}) has no "
                            f"row axis {row}: it cannot be tiled over rows")
 
 

@@ -161,3 +161,25 @@ def test_optimize_an_output_a_reduction_without_keepdims_computes(program, sizes
         name = "out" if len(shapes) == 1 else f"out{i}"
         assert f"{name} = nl.ndarray({shape!r}, dtype=DT" in r.kernel_source
     assert ", 1))[" in r.kernel_source  # the stores address the [.., 1] view
+
+
+@axon.program(x=("m", "n"), s=("m", 1))
+def centered_by_a_squeezed_mean(x, s):
+    c = x - x.mean(axis=-1)[:, None]
+    return (c * c) * s
+
+
+@axon.program(x=("m", "n"), g=("n",))
+def scaled_by_a_computed_vector(x, g):
+    return x / (g * g + 1.0)
+
+
+def test_a_reduction_made_a_column_again_is_the_column():
+    """x.mean(-1)[:, None] is the keepdims mean: the kernel keeps the column (was 'operator sum
+    with shape (m) has no row axis m'); a vector computed from vector inputs alone is one line
+    saying to pass it in."""
+    r = optimize(centered_by_a_squeezed_mean, {"m": 256, "n": 320}, dtype="float32")
+    assert r.checked["rows"] == "all" and r.checked["max_err_over_bound"] <= 1
+    from axon.errors import UnsupportedError
+    with pytest.raises(UnsupportedError, match=r"computes a \(n\) vector from vector inputs"):
+        optimize(scaled_by_a_computed_vector, {"m": 256, "n": 320}, dtype="float32")
