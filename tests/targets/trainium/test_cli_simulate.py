@@ -42,14 +42,19 @@ def test_text_report_and_perfetto_trace(tmp_path):
     assert any(e.get("name") == "nc_matmul" and e["ph"] == "X" for e in events)
 
 
-def test_npz_inputs_named_after_parameters_and_a_wrong_reference(tmp_path):
+def _tutorial_on_saved_inputs(tmp_path, dtype):
+    """The tiled tutorial on inputs saved to an .npz in `dtype`, checked against its reference."""
     rng = np.random.default_rng(1)
-    npz = tmp_path / "in.npz"
-    np.savez(npz, lhsT=rng.standard_normal((128, 128)).astype(np.float32),
-             rhs=rng.standard_normal((128, 512)).astype(np.float32))
+    npz = tmp_path / f"in_{np.dtype(dtype).name}.npz"
+    np.savez(npz, lhsT=rng.standard_normal((128, 128)).astype(dtype), rhs=rng.standard_normal((128, 512)).astype(dtype))
     ok = axon(TUTORIAL / "tiled.py", "--inputs", npz, "--reference", f"{TUTORIAL / 'reference.py'}:matmul", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["reference_ok"] is True
+    return npz
+
+
+def test_npz_inputs_named_after_parameters_and_a_wrong_reference(tmp_path):
+    npz = _tutorial_on_saved_inputs(tmp_path, np.float32)
     bad = tmp_path / "bad.py"
     bad.write_text("def ref(lhsT, rhs):\n    return lhsT.T @ rhs + 1.0\n")
     r = axon(TUTORIAL / "tiled.py", "--inputs", npz, "--reference", f"{bad}:ref")
@@ -61,13 +66,7 @@ def test_npz_bfloat16_inputs_read_back_as_bfloat16(tmp_path):
     tutorial asserts its inputs' dtype), not refused as |V2; a 1-byte one (fp8) is one line."""
     import ml_dtypes
 
-    rng = np.random.default_rng(2)
-    npz = tmp_path / "bf16.npz"
-    np.savez(npz, lhsT=rng.standard_normal((128, 128)).astype(ml_dtypes.bfloat16),
-             rhs=rng.standard_normal((128, 512)).astype(ml_dtypes.bfloat16))
-    ok = axon(TUTORIAL / "tiled.py", "--inputs", npz, "--reference", f"{TUTORIAL / 'reference.py'}:matmul", "--json")
-    assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["reference_ok"] is True
+    _tutorial_on_saved_inputs(tmp_path, ml_dtypes.bfloat16)
     fp8 = tmp_path / "fp8.npz"
     np.savez(fp8, lhsT=np.zeros((128, 128), ml_dtypes.float8_e4m3fn), rhs=np.zeros((128, 512), ml_dtypes.float8_e4m3fn))
     r = axon(TUTORIAL / "tiled.py", "--inputs", fp8)
