@@ -206,6 +206,8 @@ def describe(summary: dict) -> str:
             f"{summary['dtypes']['mid']}, accumulation {summary['dtypes']['acc']}, longest reduction "
             f"{summary['longest_reduction']}; median bound " + ("none" if med is None else f"{med:.3g}")
             + (f" = {rel:.3g} |ref|" if rel is not None else "")
+            + ("; the bound is wider than the values it checks, so this check is weak: an error of the "
+               "size of the output itself can pass" if rel is not None and rel >= 1 else "")
             + (f"; {summary['unbounded_elements']} element(s) unbounded" if summary["unbounded_elements"] else ""))
 
 
@@ -215,21 +217,43 @@ class _Val:
     """A value and its error under both models: `det` bounds |computed - v| in the worst case; the
     probabilistic model splits the error into `fixed` (bounded, any sign, possibly shared with
     other elements) and `rand`, the L2 norm of the coefficients of independent mean-zero rounding
-    errors that belong to this element alone (so that a sum over elements adds them in L2)."""
+    errors that belong to this element alone (so that a sum over elements adds them in L2).
+    In the probabilistic model a value may also carry `row`: the computed value is v (1 + d) plus
+    those errors, |d| <= row, one d for all elements along the last axis (a row scaled by the
+    error of its norm, x * rsqrt(mean(x^2))). A matmul keeps it a scale of its rows: d h, where
+    counted as fixed errors it would be d sum|a||b|, sqrt(K) times more (`_row_rules`)."""
 
     v: np.ndarray
     det: np.ndarray
     fixed: np.ndarray
     rand: np.ndarray
+    row: Optional[np.ndarray] = None  # [.., 1]: a relative error common to the last axis
 
     def likely(self) -> np.ndarray:
-        """The probabilistic model's bound: fixed + LAMBDA rand."""
-        return self.fixed + LAMBDA * self.rand
+        """The probabilistic model's bound: fixed + LAMBDA rand (+ row |v|)."""
+        out = self.fixed + LAMBDA * self.rand
+        return out if self.row is None else _clean(out + self.row * np.abs(self.v))
 
     def shared(self) -> "_Val":
         """The same error, once other elements share it (a broadcast, a matmul's row, a scan's
         prefix): its independent part is spent into the fixed one at LAMBDA."""
         return _Val(self.v, self.det, np.fmin(self.det, self.likely()), _zeros(np.shape(self.v)))
+
+    def plain(self) -> "_Val":
+        """The same value with its row error counted as fixed (an operation that does not keep it)."""
+        return self if self.row is None else _Val(self.v, self.det, self.likely() - LAMBDA * self.rand, self.rand)
+
+    def unrowed(self) -> "_Val":
+        """The value's other errors, its row error set aside (a rule carries it)."""
+        return self if self.row is None else _Val(self.v, self.det, self.fixed, self.rand)
+
+    def with_row(self, row) -> "_Val":
+        """This value with row error `row`, its other errors scaled by 1 + row (they and the
+        roundings after are of the scaled value)."""
+        if row is None or not _any(row):
+            return self
+        grow = 1.0 + row
+        return _Val(self.v, self.det, _clean(self.fixed * grow), _clean(self.rand * grow), _clean(np.asarray(row, np.float64)))
 
 
 def _clean(x):
@@ -361,7 +385,13 @@ class _Bounded:
                     r = spec.definition(self, *args)
                 finally:
                     self.depth -= 1
-                return _Val(np.asarray(spec.numpy(*vals), np.float64), r.det, r.fixed, r.rand)
+                return _Val(np.asarray(spec.numpy(*vals), np.float64), r.det, r.fixed, r.rand, r.row)
+            args, row = _row_rules(op, args)
+            out = self._primitive(op, spec, vals, [a.plain() for a in args])
+            return out if row is None else out.with_row(row)
+
+    def _primitive(self, op: ScalarOp, spec, vals, args) -> _Val:
+        with np.errstate(all="ignore"):
             value = spec.numpy(*vals)
             # an operand broadcast into this shape is shared by the elements it reaches
             args = [a if np.shape(a.v) == np.shape(value) else a.shared() for a in args]
@@ -378,6 +408,44 @@ class _Bounded:
 
 
 _TRUTH = (ScalarOp.GE, ScalarOp.GT, ScalarOp.EQ)
+
+
+def _relative(x: _Val) -> np.ndarray:
+    """A column's whole error relative to it: any bound on it will do, the smaller the better."""
+    return _clean(np.fmin(x.det, x.likely()) / np.abs(x.v))
+
+
+def _row_rules(op: ScalarOp, args) -> tuple[list, Optional[np.ndarray]]:
+    """Where a product or quotient keeps a row error (`_Val.row`): the operands with their row
+    errors set aside, and the result's row error; else (args, None). A column [.., 1] broadcast
+    along a longer last axis scales each row by its own relative error, all of it (`_relative`);
+    two values of one width (h * h, h * gain) multiply their row errors: (1 + d_a)(1 + d_b)."""
+    if op not in (ScalarOp.MUL, ScalarOp.DIV) or len(args) != 2:
+        return list(args), None
+    a, b = args
+    sa, sb = np.shape(a.v), np.shape(b.v)
+    if not sa or not sb:
+        return list(args), None
+    wide = max(sa[-1], sb[-1]) > 1
+    col_a, col_b = wide and sa[-1] == 1, wide and sb[-1] == 1
+    row_of = lambda x: 0.0 if x.row is None else x.row
+    whole = lambda x: _Val(x.v, x.det, _zeros(np.shape(x.v)), _zeros(np.shape(x.v)))  # its error is the row's
+    if col_b and not col_a:  # x * c, x / c
+        r_full, r_col = row_of(a), _relative(b)
+        kept = [a.unrowed(), whole(b)]
+    elif col_a and not col_b and op is ScalarOp.MUL:  # c * x
+        r_full, r_col = row_of(b), _relative(a)
+        kept = [whole(a), b.unrowed()]
+    elif not col_a and not col_b and sa[-1] == sb[-1] and (a.row is not None or b.row is not None):
+        r_full, r_col = row_of(a), row_of(b)  # h * h, h * gain: both rows scaled
+        kept = [a.unrowed(), b.unrowed()]
+    else:
+        return list(args), None
+    if op is ScalarOp.MUL:
+        row = r_full + r_col + r_full * r_col
+    else:  # (1 + d_a) / (1 + d_c) is within (r_a + r_c) / (1 - r_c) of 1 while r_c < 1
+        row = np.where(r_col < 1, (r_full + r_col) / np.where(r_col < 1, 1 - r_col, 1.0), np.inf)
+    return kept, _clean(np.asarray(row, np.float64))
 
 
 def _spread(op: ScalarOp, spec, vals, errs, value):
@@ -602,27 +670,33 @@ def _node(node, ins: list[_Val], alg: _Bounded, binding) -> tuple[_Val, int]:
         return alg.apply(spec.scalar, *ins), 1
     if spec.kind is OpKind.LAYOUT:  # moves values: each part of the error moves with them
         shape, p = bind_shape(node.shape, binding), concrete_params(p, binding)
+        ins = [x.plain() for x in ins]  # a row error no longer along the last axis
 
         def f(part):
             return np.asarray(spec.numpy([np.broadcast_to(getattr(x, part), np.shape(x.v)) for x in ins], p, shape),
                               np.float64)
         return _Val(f("v"), f("det"), f("fixed"), f("rand")), 1
-    (x,) = ins if op is not Op.MATMUL else (None,)
-    if op is Op.MATMUL:
-        return _matmul(*ins, alg)
+    if op is Op.MATMUL:  # A's row error is a scale of the result's rows: (A diag) B = diag (A B)
+        a, b = ins
+        out, k = _matmul(a.unrowed(), b.plain(), alg)
+        return out.with_row(a.row), k
+    (x,) = ins
     ax, keep = p.axis, getattr(p, "keepdims", True)
     n = np.shape(x.v)[ax]
+    # along the last axis, kept: sum and max of a row scaled by 1 + d are scaled by 1 + d
+    row = x.row if ax == x.v.ndim - 1 and keep and op is not Op.CUMSUM else None
+    x = x.unrowed() if row is not None else x.plain()
     if op is Op.REDUCE_MAX:  # its independent parts do not add, so they are spent
         v, y = np.max(x.v, axis=ax, keepdims=keep), x.shared()
         return alg.rounded(v, _max_spread(x.v, x.det, v, ax, keep), _max_spread(x.v, y.fixed, v, ax, keep),
-                           _zeros(np.shape(v)), 0.0), 1
+                           _zeros(np.shape(v)), 0.0).with_row(row), 1
     if op is Op.REDUCE_SUM:
         v = np.sum(x.v, axis=ax, keepdims=keep)
         mag = np.sum(np.abs(x.v), axis=ax, keepdims=keep)
         det = np.sum(x.det, axis=ax, keepdims=keep) + gamma(n - 1, alg.u_acc) * mag
         # n - 1 additions, each an independent error of at most u |partial sum| <= u sum|x|
         rand = _l2(np.sqrt(np.sum(x.rand ** 2, axis=ax, keepdims=keep)), alg.u_acc * np.sqrt(n - 1) * mag)
-        return alg.rounded(v, det, np.sum(x.fixed, axis=ax, keepdims=keep), rand, 0.0), n
+        return alg.rounded(v, det, np.sum(x.fixed, axis=ax, keepdims=keep), rand, 0.0).with_row(row), n
     if op is Op.CUMSUM:
         v = np.cumsum(x.v, axis=ax)
         shape = [1] * v.ndim
