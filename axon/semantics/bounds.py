@@ -38,7 +38,10 @@ be wrong by the error room of a large one). Two ways to get it:
   u sqrt(n - 1) sum|x|; a matmul's K products and additions add u sqrt(2K) |A||B|; wherever one
   element's error reaches several others (a broadcast operand, a matmul operand, a max, a scan's
   prefix) its rand is spent into fixed at LAMBDA; the model is first order through divides and
-  logs. By Hoeffding's inequality the error exceeds fixed + LAMBDA rand (LAMBDA = 8) with
+  logs. A column broadcast into a product (x * rsqrt(mean(x^2)), a norm) scales each row by one
+  relative error: that part is kept as `row`, a relative error common to the last axis, which
+  products of one width, last-axis sums and maxes and a matmul's rows carry as a scale (d |h|,
+  not the d sum|a||b| of elementwise errors). By Hoeffding's inequality the error exceeds fixed + LAMBDA rand (LAMBDA = 8) with
   probability at most 2 exp(-32) = 2.5e-14 per element. The bound is the smaller of the two
   models, plus the output's rounding u_out (|ref| + e) where its dtype is narrower than what its
   last operation stored (else that store was the rounding).
