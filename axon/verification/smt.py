@@ -17,6 +17,7 @@ The call runs in a forked child with a hard wall-clock limit (see HARD_LIMIT_FAC
 """
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import select
@@ -97,17 +98,22 @@ class _Translation:
         return total if total is not None else self.num(Fraction(0))
 
     def integer(self, p: Poly) -> z3.ArithRef:
+        # (n - 1)/2 of an odd n: the size facts make the whole an integer, not each term (n/2 and
+        # -1/2 floored apart give one less), so the terms are summed over a common denominator
+        common = 1
+        for _, c in p.terms:
+            common = common * c.denominator // math.gcd(common, c.denominator)
         total = z3.IntVal(0, self.ctx)
         for m, c in p.terms:
-            term = z3.IntVal(c.numerator, self.ctx)
+            term = z3.IntVal(int(c * common), self.ctx)
             for a, e in m:
                 if e < 0:
                     raise UnsupportedError(f"index term {p.key} divides")
                 for _ in range(e):
                     term = term * self.int_atom(a)
-            if c.denominator != 1:  # k/2 of an even k: the size facts make the division exact
-                term = term / z3.IntVal(c.denominator, self.ctx)
             total = total + term
+        if common != 1:
+            total = total / z3.IntVal(common, self.ctx)
         return z3.simplify(total)
 
     def int_atom(self, a: Atom) -> z3.ArithRef:
