@@ -41,10 +41,10 @@ be wrong by the error room of a large one). Two ways to get it:
   logs. A column broadcast into a product (x * rsqrt(mean(x^2)), a norm) scales each row by one
   relative error: that part is kept as `row`, a relative error common to the last axis, which
   products of one width, last-axis sums and maxes and a matmul's rows carry as a scale (d |h|,
-  not the d sum|a||b| of elementwise errors). By Hoeffding's inequality the error exceeds fixed + LAMBDA rand (LAMBDA = 8) with
-  probability at most 2 exp(-32) = 2.5e-14 per element. The bound is the smaller of the two
-  models, plus the output's rounding u_out (|ref| + e) where its dtype is narrower than what its
-  last operation stored (else that store was the rounding).
+  not the d sum|a||b| of elementwise errors). By Hoeffding's inequality the error exceeds
+  fixed + LAMBDA rand (LAMBDA = 8) with probability at most 2 exp(-32) = 2.5e-14 per element.
+  The bound is the smaller of the two models, plus the output's rounding u_out (|ref| + e) where
+  its dtype is narrower than what its last operation stored (else that store was the rounding).
   The graph's own operator order is analysed: a caller passes the variant a kernel implements.
 * `function_tolerance(...)`: for an opaque NumPy reference (`axon simulate --reference`):
   bound = (u_out + R u_mid) |ref| + (gamma_K(u_acc) + C u_mid) M, where M = max(|ref|, |f(|x|)|)
@@ -244,7 +244,8 @@ class _Val:
 
     def plain(self) -> "_Val":
         """The same value with its row error counted as fixed (an operation that does not keep it)."""
-        return self if self.row is None else _Val(self.v, self.det, self.likely() - LAMBDA * self.rand, self.rand)
+        return self if self.row is None else _Val(self.v, self.det, _clean(self.fixed + self.row * np.abs(self.v)),
+                                                  self.rand)
 
     def unrowed(self) -> "_Val":
         """The value's other errors, its row error set aside (a rule carries it)."""

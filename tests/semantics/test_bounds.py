@@ -377,3 +377,14 @@ def test_a_norms_error_is_a_scale_of_its_rows_through_a_matmul():
     assert compare(emulate(norm_then_project.graph, inputs, "bfloat16"), [want], tol).ok
     scaled = want * np.sqrt(256 / 200)
     assert not compare([scaled], [want], tol).ok
+
+
+def test_a_row_error_counted_as_fixed_stays_a_bound_where_others_are_infinite():
+    from axon.semantics.bounds import _Val
+
+    v = np.array([[1.0, -2.0], [3.0, 0.5]])
+    x = _Val(v, np.full_like(v, np.inf), np.zeros_like(v), np.array([[np.inf, 0.0], [0.0, 0.0]]), np.full((2, 1), 0.1))
+    plain = x.plain()
+    assert plain.row is None and not np.isnan(plain.fixed).any()
+    np.testing.assert_allclose(plain.fixed, 0.1 * np.abs(v))
+    assert np.isinf(plain.likely()[0, 0]) and plain.likely()[1, 1] == pytest.approx(0.05)
