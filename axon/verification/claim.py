@@ -30,18 +30,20 @@ def lower_bound(fact: SizeFact) -> Optional[tuple[str, int]]:
 
 
 def simplify(facts: Iterable[SizeFact]) -> tuple[SizeFact, ...]:
-    """Lower bounds merged per dimension (the strongest kept, trivial ones dropped); the rest as given."""
+    """Lower bounds merged per dimension (the strongest kept, trivial ones dropped); the rest as
+    given, one per size and divisor (n even from a slice bound and from a shape: once)."""
     bounds: dict[str, int] = {}
-    other: set[SizeFact] = set()
+    other: dict[tuple, int] = {}
     for fact in map(_bound_only, facts):
         bound = lower_bound(fact)
         if bound is None:
             if not _trivial(fact):
-                other.add(fact)
+                key = (fact.size, fact.divisor)
+                other[key] = max(other.get(key, fact.minimum), fact.minimum)
         elif bound[1] > 1:
             bounds[bound[0]] = max(bounds.get(bound[0], 1), bound[1])
     kept = [SizeFact(Size.of(d), minimum=n) for d, n in sorted(bounds.items())]
-    return tuple(kept + sorted(other, key=str))
+    return tuple(kept + sorted((SizeFact(s, d, n) for (s, d), n in other.items()), key=str))
 
 
 def _trivial(fact: SizeFact) -> bool:

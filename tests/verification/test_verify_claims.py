@@ -430,3 +430,12 @@ def test_a_claim_states_no_divisibility_every_size_has():
 
     v = verdict(twice_strided, strided_by_four)
     assert v.status is Status.PROVED and v.conditions == () and v.reason == "equal for all sizes", v
+
+
+def test_one_divisibility_stated_once():
+    """n even from a shape (minimum 0) and from a slice bound (minimum 1) is one fact in a claim."""
+    from axon.semantics.sizes import Size, SizeFact
+    from axon.verification.claim import simplify
+
+    n = Size.of("n")
+    assert simplify([SizeFact(n, 2, 0), SizeFact(n, 2, 1)]) == (SizeFact(n, 2, 1),)
