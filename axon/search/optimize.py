@@ -205,7 +205,12 @@ def optimize(program, sizes=None, target: str = "trn2", dtype: str = "bfloat16",
 
 def _check_outputs(prog: Program) -> None:
     """A kernel writes each output it computes once: an input returned as it is, or one value
-    returned twice, would be a tensor it never writes."""
+    returned twice, would be a tensor it never writes. It loads arrays: a rank-0 input has no
+    tile to load into (a per-row value is an (m, 1) input)."""
+    for node in prog.graph.inputs:
+        if node.rank == 0:
+            raise UnsupportedError(f"{prog.name}: input {node.params.name} has rank 0; a kernel loads arrays "
+                                   "(write a fixed number as a Python constant, or pass an (m, 1) column)")
     seen = set()
     for k, out in enumerate(prog.graph.outputs):
         if out.op is Op.INPUT:

@@ -72,3 +72,10 @@ def test_an_output_that_is_an_input_or_returned_twice_is_refused():
         axon.optimize(passthrough, {"m": 128, "n": 128}, dtype="float32")
     with pytest.raises(UnsupportedError, match="output 1 is the same value"):
         axon.optimize(twice, {"m": 128, "n": 128}, dtype="float32")
+
+    @axon.program(x=("m", "n"), t=())
+    def scaled(x, t):
+        return x * t
+
+    with pytest.raises(UnsupportedError, match="input t has rank 0"):
+        axon.optimize(scaled, {"m": 128, "n": 128}, dtype="float32")
