@@ -412,20 +412,26 @@ def test_activation_idle_reads_the_registers_out_unchanged():
     np.testing.assert_allclose(sim(body, x=x).outputs[:, 0], x[:, :32].sum(axis=1), rtol=1e-5, atol=1e-5)
 
 
+def one_instruction(call: str, shape, dtype: str = "nl.float32", buffer: str = "nl.sbuf", stored: str = "r") -> str:
+    """A kernel that loads x as t, runs `call` into r (`shape`, `dtype`, on `buffer`) and returns
+    `stored` (r, or an expression of it) from HBM."""
+    return f"""
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        r = nl.ndarray({shape!r}, dtype={dtype}, buffer={buffer})
+        {call}
+        out = nl.ndarray({shape!r}, dtype={dtype}, buffer=nl.shared_hbm)
+        nl.store(out, {stored})
+        return out
+    """
+
+
 def test_nc_transpose_flattens_several_free_axes():
     """"If the data tile has more than one free axis, this API implicitly flattens all free axes into
     one axis and then performs a 2D transpose" [isa nc_transpose]."""
     x = rand(64, 4, 8)
-    body = """
-    @nki.jit
-    def k(x):
-        t = nl.load(x)
-        tp = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.psum)
-        nisa.nc_transpose(dst=tp, data=t)
-        out = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.shared_hbm)
-        nl.store(out, nl.copy(tp))
-        return out
-    """
+    body = one_instruction("nisa.nc_transpose(dst=r, data=t)", (32, 64), "x.dtype", "nl.psum", "nl.copy(r)")
     np.testing.assert_array_equal(sim(body, x=x).outputs, x.reshape(64, 32).T)
 
 
@@ -433,16 +439,7 @@ def test_partition_reduce_mean_and_nl_mean_elsewhere():
     """tensor_partition_reduce takes nl.mean [isa]; an instruction that has no mean says so rather
     than summing."""
     x = rand(96, 40)
-    body = """
-    @nki.jit
-    def k(x):
-        t = nl.load(x)
-        r = nl.ndarray((1, 40), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_partition_reduce(dst=r, op=nl.mean, data=t)
-        out = nl.ndarray((1, 40), dtype=nl.float32, buffer=nl.shared_hbm)
-        nl.store(out, r)
-        return out
-    """
+    body = one_instruction("nisa.tensor_partition_reduce(dst=r, op=nl.mean, data=t)", (1, 40))
     np.testing.assert_allclose(sim(body, x=x).outputs, x.mean(axis=0, keepdims=True), rtol=1e-5, atol=1e-6)
     bad = """
     @nki.jit
