@@ -136,8 +136,10 @@ def header_lines(program_name: str, target: str, sizes: Mapping[str, int], dtype
     return lines
 
 
-def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype: str, lowerer, rows=None) -> str:
-    """The candidate's kernel source; `rows` as in KernelBuilder (a check's kernel on some row blocks)."""
+def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype: str, lowerer, rows=None,
+         columns=None) -> str:
+    """The candidate's kernel source; `rows`, `columns` as in KernelBuilder (a check's kernel on
+    some row and column blocks)."""
     ops = {n.op.value for p in cand.passes for n in p.group.nodes}
     fixed = None
     if not ops <= set(lowerer.sources) or cand.options.engines == "balanced":
@@ -151,7 +153,8 @@ def emit(graph_name: str, target, world: RowWorld, cand: Candidate, sizes, dtype
     em.sizes = dict(sizes)
     if fixed is not None and cand.options.engines == "balanced":
         em.preload(fixed)
-    builder = KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options, rows=rows)
+    builder = KernelBuilder(world, list(cand.passes), sizes, lowerer.lower, em, cand.options, rows=rows,
+                            columns=columns)
     used = {n.op.value: lowerer.sources.get(n.op.value, "?") for p in cand.passes for n in p.group.nodes}
     return builder.build(graph_name, header_lines(graph_name, target.name, sizes, dtype, cand, used))
 

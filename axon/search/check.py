@@ -18,6 +18,13 @@ full size (rows_window). Every pass's row tile divides the row count
 (tiling.space), so no row tile is partial; column edges (a shorter last column chunk or n tile)
 lie inside every checked row.
 
+When even the fewest row blocks cost more than the budget (a Llama-70B weight: 512 rows of
+8192 x 28672 are 1.2e11 multiply-adds), a kernel of one pass whose last phase is the matmul that
+makes the outputs' columns also runs only some of its column blocks, picked the same way. Columns
+are independent where every operator keeps the column index apart (axon.semantics.batch: the
+outputs' last axis as a batch axis; no reduction, contraction or position reads across it), so
+the reference is the program on the inputs' same columns.
+
 Invariant: shared stage; the target is reached through `target.run` (select.check_candidate).
 """
 from __future__ import annotations
@@ -29,10 +36,11 @@ from typing import Mapping, Optional
 import numpy as np
 
 from axon.errors import UnsupportedError
-from axon.fusion.nodes import RowWorld
+from axon.fusion.nodes import RowWorld, phases
 from axon.ir import Graph, Node, make_node
 from axon.search.candidates import Candidate, emit, packed_world
 from axon.search.select import Check, check_candidate, compare, start_check_run
+from axon.semantics import batch
 from axon.semantics.bounds import Tolerance, kernel_reference
 from axon.semantics.ops import ConstParams, Op
 from axon.semantics.sizes import Size
@@ -43,21 +51,23 @@ MIN_BLOCKS = 2  # a partial check runs at least the first and the last row block
 
 @dataclass(frozen=True)
 class CheckedRows:
-    """The rows of a partial check, in the program's row dimension."""
+    """The rows (or columns) of a partial check, in the program's row (column) dimension."""
 
     dim: str
     rows: int  # the dimension's size
     block: int  # rows per checked block
     ranges: tuple[tuple[int, int], ...]  # [start, stop) of the rows checked, merged where adjacent
+    kind: str = "rows"  # or "columns"
 
     @property
     def checked(self) -> int:
         return sum(e - s for s, e in self.ranges)
 
     def describe(self) -> str:
-        spans = ", ".join(f"{s}:{e}" for s, e in self.ranges)
-        return (f"{self.dim} rows {spans} of {self.rows} ({self.checked // self.block} of {self.rows // self.block} "
-                f"blocks of {self.block} rows: the first, the last and spread between)")
+        shown = self.ranges if len(self.ranges) <= 4 else self.ranges[:2] + (None,) + self.ranges[-1:]
+        spans = ", ".join("..." if r is None else f"{r[0]}:{r[1]}" for r in shown)  # all of them: to_json
+        return (f"{self.dim} {self.kind} {spans} of {self.rows} ({self.checked // self.block} of "
+                f"{self.rows // self.block} blocks of {self.block} {self.kind}: the first, the last and spread between)")
 
     def to_json(self) -> dict:
         return {"dim": self.dim, "of": self.rows, "block": self.block, "ranges": [list(r) for r in self.ranges]}
@@ -73,19 +83,61 @@ def plan_rows(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: flo
     world, g, wsizes = packed_world(graph, cand.options.packed, sizes)
     rows_w = world.row.evaluate_int(wsizes)  # in the kernel's (packed) rows
     unit = math.lcm(*(p.tiling.row_tile * p.tiling.row_block for p in cand.passes))
-    n = rows_w // unit
-    k = min(n, max(MIN_BLOCKS, int(budget / (macs * unit / rows_w))))
+    ranges = _spread_blocks(rows_w // unit, macs * unit / rows_w, budget, unit * g)  # g program rows per packed row
+    return None if ranges is None else CheckedRows(dim, sizes[dim], unit * g, ranges)
+
+
+def plan_columns(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: float,
+                 budget: float) -> Optional[CheckedRows]:
+    """None when `macs` (what the checked rows cost) fits the budget, or when the candidate's
+    columns cannot be checked in part; else the column blocks of its output matmul to check, spread
+    as plan_rows spreads rows."""
+    if macs <= budget or cand.options.packed > 1 or cand.options.fold or len(cand.passes) != 1:
+        return None
+    dim = _column_symbol(graph)
+    if dim is None:
+        return None
+    p = cand.passes[0]
+    phs = phases(RowWorld.of(graph), p.group)
+    last = phs[-1]
+    carries = lambda n: dim in getattr(n.shape[-1], "symbols", ()) if n.shape else False
+    if last.kind != "matmul" or any(carries(n) for ph in phs[:-1] for n in ph.nodes):
+        return None  # an earlier phase would need columns the kernel skips
+    if not all(mm.shape[-1].as_symbol() == dim for mm in last.matmuls):
+        return None
+    n_cols = sizes[dim]
+    block = p.tiling.n_block_for(n_cols)
+    ranges = _spread_blocks(n_cols // block, macs * block / n_cols, budget, block)
+    return None if ranges is None else CheckedRows(dim, n_cols, block, ranges, "columns")
+
+
+def _spread_blocks(n: int, block_macs: float, budget: float, width: int) -> Optional[tuple[tuple[int, int], ...]]:
+    """[start, stop) ranges of the blocks (of `width`) to check of `n`: as many as the budget
+    allows at `block_macs` each, at least MIN_BLOCKS, evenly spread with the first and the last;
+    None when that is all of them."""
+    k = min(n, max(MIN_BLOCKS, int(budget / block_macs)))
     if k >= n:
         return None
-    picked = sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
     ranges: list[list[int]] = []
-    for b in picked:  # program rows: g of them per packed row
-        s, e = b * unit * g, (b + 1) * unit * g
+    for b in sorted({round(i * (n - 1) / (k - 1)) for i in range(k)}):
+        s, e = b * width, (b + 1) * width
         if ranges and ranges[-1][1] == s:
             ranges[-1][1] = e
         else:
             ranges.append([s, e])
-    return CheckedRows(dim, sizes[dim], unit * g, tuple((s, e) for s, e in ranges))
+    return tuple((s, e) for s, e in ranges)
+
+
+def _column_symbol(graph: Graph) -> Optional[str]:
+    """The outputs' column dimension when every operator keeps its index apart, else None."""
+    syms = {o.shape[-1].as_symbol() if o.shape else None for o in graph.outputs}
+    dim = syms.pop() if len(syms) == 1 else None
+    if dim is None:
+        return None
+    where = batch.positions(graph, dim)
+    if where is None or any(where[o] != o.rank - 1 for o in graph.outputs):
+        return None
+    return dim
 
 
 def _row_symbol(graph: Graph) -> str:
@@ -104,8 +156,8 @@ def _row_axis(shape, row) -> Optional[int]:
     return axes[0] if axes else None
 
 
-def _take(array: np.ndarray, axis: Optional[int], rows: CheckedRows) -> np.ndarray:
-    if axis is None:
+def _take(array: np.ndarray, axis: Optional[int], rows: Optional[CheckedRows]) -> np.ndarray:
+    if axis is None or rows is None:
         return array
     return np.concatenate([np.take(array, np.arange(s, e), axis=axis) for s, e in rows.ranges], axis=axis)
 
@@ -115,26 +167,30 @@ def _shape(node, binding) -> tuple[int, ...]:
 
 
 def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, int], dtype: str, lowerer,
-          data: Mapping[str, np.ndarray], rows: Optional[CheckedRows], outputs=None) -> Check:
-    """Run `cand` (its kernel, or its kernel on `rows` only) on `data` against the reference of
-    `graph` (the variant it implements) under the bounds of its own precision model; `outputs`:
-    what its full kernel already gave on `data` (then nothing runs)."""
+          data: Mapping[str, np.ndarray], rows: Optional[CheckedRows], outputs=None,
+          columns: Optional[CheckedRows] = None) -> Check:
+    """Run `cand` (its kernel, or its kernel on `rows` and `columns` only) on `data` against the
+    reference of `graph` (the variant it implements) under the bounds of its own precision model;
+    `outputs`: what its full kernel already gave on `data` (then nothing runs)."""
     world, g, wsizes = packed_world(graph, cand.options.packed, sizes, cand.options.fold)
     narrow = narrow_values(cand.passes, cand.options)
 
     def reference():
-        if rows is None:
+        if rows is None and columns is None:
             return _reference(graph, world.graph, g, cand, dict(data), sizes, dtype, narrow)
-        return _reference_on_rows(graph, world.graph, g, cand, data, sizes, dtype, narrow, rows)
+        return _reference_on_part(graph, world.graph, g, cand, data, sizes, dtype, narrow, rows, columns)
     if outputs is not None:
         return compare(outputs, *reference())
     source = cand.source
     outputs_of = None
-    if rows is not None:
-        out_axes = _out_axes(graph)
-        block_rows = tuple((s // g, e // g) for s, e in rows.ranges)
-        source = emit(name, target, world, cand, wsizes, dtype, lowerer, rows=block_rows)
-        outputs_of = lambda outs: [_take(np.asarray(o), a, rows) for o, a in zip(outs, out_axes)]
+    if rows is not None or columns is not None:
+        row_axes = _out_axes(graph) if rows is not None else [None] * len(graph.outputs)
+        col_axes = [o.rank - 1 if columns is not None else None for o in graph.outputs]
+        block_rows = None if rows is None else tuple((s // g, e // g) for s, e in rows.ranges)
+        block_cols = None if columns is None else (columns.dim, columns.ranges)
+        source = emit(name, target, world, cand, wsizes, dtype, lowerer, rows=block_rows, columns=block_cols)
+        outputs_of = lambda outs: [_take(_take(np.asarray(o), r, rows), c, columns)
+                                   for o, r, c in zip(outs, row_axes, col_axes)]
     # the kernel runs in its sandbox while this process computes the reference: at Llama-70B
     # sizes each takes tens of seconds, and neither needs the other
     run = start_check_run(target, source, dict(data), partial=rows is not None)
@@ -158,16 +214,25 @@ def _reference(graph: Graph, kernel_graph: Graph, g: int, cand: Candidate, ref_i
     return tuple(w.reshape(sh) for w, sh in zip(want, shapes)), tol.reshaped(shapes)
 
 
-def _reference_on_rows(graph, kernel_graph, g, cand, data, sizes, dtype, narrow, rows: CheckedRows):
-    """The reference on the checked rows only, all at once (at Llama sizes each run of rows would
-    read the whole weight again): the program on those rows, with their positions where it reads
-    them (rows_window)."""
-    row = RowWorld.of(graph).row
-    in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
-    ref_in = {k: _take(v, in_axes[k], rows) for k, v in data.items()}
-    window, moved = rows_window(kernel_graph, rows.dim, rows.ranges, rows.rows)
-    return _reference(graph, window, g, cand, ref_in, {**sizes, rows.dim: rows.checked}, dtype,
-                      frozenset(moved.get(n, n) for n in narrow))
+def _reference_on_part(graph, kernel_graph, g, cand, data, sizes, dtype, narrow, rows: Optional[CheckedRows],
+                       columns: Optional[CheckedRows]):
+    """The reference on the checked rows and columns only, all at once (at Llama sizes each run of
+    rows would read the whole weight again): the program on those rows, with their positions where
+    it reads them (rows_window), and on the inputs' same columns."""
+    ref_in, sizes = dict(data), dict(sizes)
+    if rows is not None:
+        row = RowWorld.of(graph).row
+        in_axes = {n.params.name: _row_axis(n.shape, row) for n in graph.inputs}
+        ref_in = {k: _take(v, in_axes[k], rows) for k, v in ref_in.items()}
+        kernel_graph, moved = rows_window(kernel_graph, rows.dim, rows.ranges, rows.rows)
+        narrow = frozenset(moved.get(n, n) for n in narrow)
+        sizes[rows.dim] = rows.checked
+    if columns is not None:
+        where = batch.positions(graph, columns.dim)
+        at = {n.params.name: where.get(n) for n in graph.inputs}
+        ref_in = {k: _take(v, at.get(k), columns) for k, v in ref_in.items()}
+        sizes[columns.dim] = columns.checked
+    return _reference(graph, kernel_graph, g, cand, ref_in, sizes, dtype, narrow)
 
 
 def rows_window(graph: Graph, dim: str, ranges, rows: int) -> tuple[Graph, dict[Node, Node]]:

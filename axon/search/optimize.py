@@ -28,7 +28,7 @@ from axon.fusion.nodes import FUSION_MODES, RowWorld, columns_for_vectors
 from axon.frontend.program import Program, program_of
 from axon.search.candidates import (Candidate, Counts, Plans, check_lowerable, direct_lowering, enumerate_candidates,
                                     with_header_line)
-from axon.search.check import check as check_with_data, plan_rows
+from axon.search.check import check as check_with_data, plan_columns, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
 from axon.search.database import code_fingerprint
@@ -382,7 +382,8 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     finally:
         full.cancel()  # the likely winner's run, when another candidate won
     t_selection = time.perf_counter() - t1
-    rows = check_rows[cand.key]
+    rows, columns = check_rows[cand.key]
+    part = " and ".join(p.describe() for p in (rows, columns) if p is not None)
     result = OptimizeResult(
         benchmark=prog.name, target=tgt.name, sizes=given, dtype=dtype, kernel_source=cand.source,
         latency_ns=t.latency_ns, roofline_ns=roofline.ns, max_abs_err=check.max_abs_err, rewrites=cand.rewrites,
@@ -396,18 +397,19 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
                     "stopped_early": sum(t.pruned for _, t in ranked), "checked": checked,
                     "shortlisted_by_static_cost": len(shortlist)},
         proofs=proofs, time_s={"symbolic": round(t_symbolic, 3), "selection": round(t_selection, 3)},
-        check=(f"full size {sizes}" if rows is None else
-               f"PART of the rows: {rows.describe()}, the full-size kernel on those blocks (all {sizes} "
-               f"would exceed the {FULL_CHECK_MACS:.0e} multiply-add check budget)")
+        check=(f"full size {sizes}" if not part else
+               f"PART of the {'rows' if columns is None else 'outputs'}: {part}, the full-size kernel on "
+               f"those blocks (all {sizes} would exceed the {FULL_CHECK_MACS:.0e} multiply-add check budget)")
               + f", random normal inputs (seed {seed}), {dtype} (intermediates {cand.options.precision}), against "
               f"the float64 reference within per-element error bounds ({describe(check.tolerance)}; "
               f"max |err| / bound {check.worst_ratio:.3g})",
-        checked={"rows": "all" if rows is None else rows.to_json(), "tolerance": check.tolerance,
+        checked={"rows": "all" if rows is None else rows.to_json(),
+                 "columns": "all" if columns is None else columns.to_json(), "tolerance": check.tolerance,
                  "max_err_over_bound": check.worst_ratio},
         winner=cand, instructions=_instruction_stats(lowerer, cand), baseline_source=baseline.source,
         implemented=(pool[cand.variant][0] if cand.rewrites or cand.variant else prog.graph, sizes))
     result.kernel_source = with_header_line(
-        cand.source, f"checked:  {'at full size' if rows is None else 'on ' + rows.describe()}, random normal inputs "
+        cand.source, f"checked:  {'on ' + part if part else 'at full size'}, random normal inputs "
                      f"(seed {seed}), against the float64 reference: max |err| {check.max_abs_err:.3g}, "
                      f"{check.worst_ratio:.2f} of its per-element error bound")
     result.report = _report(result, cand, counts)
@@ -453,16 +455,20 @@ def _lowers(graph, lowerer) -> bool:
 
 def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, macs, say, latency_ns):
     """Check `cand` with data against the variant it implements (search.check): all rows, or the
-    row blocks `plan_rows` picks when all would exceed FULL_CHECK_MACS. Returns (Check, the rows
-    checked or None for all)."""
+    row blocks `plan_rows` picks when all would exceed FULL_CHECK_MACS, and where those still
+    would, the column blocks `plan_columns` picks. Returns (Check, (the rows checked or None for
+    all, the columns checked or None for all))."""
     graph = pool[cand.variant][0] if cand.rewrites or cand.variant else prog.graph
     try:
         rows = plan_rows(graph, cand, sizes, macs, FULL_CHECK_MACS)
+        row_macs = macs if rows is None else macs * rows.checked / rows.rows
+        columns = plan_columns(graph, cand, sizes, row_macs, FULL_CHECK_MACS)
     except UnsupportedError as err:
         raise UnsupportedError(f"{prog.name}: {err}") from None
-    where = "at full size" if rows is None else f"on {rows.describe()}"
-    say(f"checking candidate at {latency_ns / 1e3:.1f} us numerically {where}")
-    return check_with_data(tgt, prog.name, graph, cand, sizes, dtype, lowerer, data, rows), rows
+    part = " and ".join(p.describe() for p in (rows, columns) if p is not None)
+    say(f"checking candidate at {latency_ns / 1e3:.1f} us numerically {'on ' + part if part else 'at full size'}")
+    return check_with_data(tgt, prog.name, graph, cand, sizes, dtype, lowerer, data, rows,
+                           columns=columns), (rows, columns)
 
 
 def _report(r: OptimizeResult, cand: Candidate, counts: Counts) -> str:

@@ -187,7 +187,7 @@ def _valid_timing(value) -> Optional[dict]:
 def start_check_run(target, source: str, inputs: dict, partial: bool = False):
     """The run of `source` with data, started in its sandbox and not waited for: the caller
     computes the reference meanwhile and gives the run to check_candidate (`started`)."""
-    return target.run(source, inputs, timing_only=False, partial=partial, wait=False)
+    return target.run(source, inputs, timing_only=False, partial=partial, timed=False, wait=False)
 
 
 def check_candidate(target, source: str, inputs: dict, expected: tuple, tolerance: Tolerance,
@@ -197,7 +197,7 @@ def check_candidate(target, source: str, inputs: dict, expected: tuple, toleranc
     that run, already under way (start_check_run)."""
     try:
         m = (started.result() if started is not None
-             else target.run(source, inputs, timing_only=False, partial=outputs_of is not None))
+             else target.run(source, inputs, timing_only=False, partial=outputs_of is not None, timed=False))
     except AxonError as err:
         return Check(False, float("inf"), 0.0, str(err), tolerance=tolerance.summary())
     return compare(m.outputs if outputs_of is None else outputs_of(m.outputs), expected, tolerance)

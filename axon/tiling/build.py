@@ -134,15 +134,18 @@ def inplace_plan(nodes, block, trans, outputs, hbm, cols) -> dict:
 
 class KernelBuilder:
     def __init__(self, world: RowWorld, passes: list[Pass], sizes: Mapping[str, int],
-                 lower: Callable[[Node], object], emitter, options: Options = Options(), rows=None):
+                 lower: Callable[[Node], object], emitter, options: Options = Options(), rows=None,
+                 columns=None):
         """`rows`: [start, stop) ranges of the row dimension, each a multiple of every pass's block:
         the kernel runs only the row blocks inside them (a numerical check's kernel: the same code
-        and HBM addressing as the full kernel, on part of its rows)."""
+        and HBM addressing as the full kernel, on part of its rows). `columns`: (a column
+        dimension, ranges of it), each a multiple of the column block of the matmuls whose columns
+        it is: those matmuls run only the column blocks inside them."""
         self.w, self.passes, self.sizes, self.lower, self.em, self.opt = world, passes, dict(sizes), lower, emitter, options
         self.program_sizes = dict(sizes)  # never rebound (self.sizes is, for a causal pass's row blocks)
         self.seen = None  # in a causal pass's run of row blocks: (its Prefix, the run's first row)
         self.nests = 0  # loop nests (passes, causal runs) begun so far
-        self.rows = rows
+        self.rows, self.columns = rows, columns
         self.head = None  # in a paired walk: the head (0, 1) of the pair whose weights are addressed
         self.lowerer = getattr(lower, "__self__", lower)  # the Lowerer (given, or behind its bound `lower`)
         if hasattr(emitter, "balance"):
@@ -650,6 +653,17 @@ class KernelBuilder:
             raise UnsupportedError(f"checked rows {self.rows} are not whole blocks of {block_rows} rows")
         return tuple(b for s, e in self.rows for b in range(s // block_rows, e // block_rows))
 
+    def _column_blocks(self, ph, NB: int):
+        """The column blocks of `NB` a check's kernel runs of the matmul phase `ph` (None: all)."""
+        if self.columns is None:
+            return None
+        dim, ranges = self.columns
+        if not all(mm.shape[-1].as_symbol() == dim for mm in ph.matmuls):
+            return None
+        if any(s % NB or e % NB for s, e in ranges):
+            raise UnsupportedError(f"checked columns {ranges} are not whole blocks of {NB} columns")
+        return tuple(b for s, e in ranges for b in range(s // NB, e // NB))
+
     def _nm(self, n: Node) -> str:
         return self.em.fresh(n.params.name if n.op is Op.INPUT else n.op.value)
 
@@ -1042,7 +1056,7 @@ class KernelBuilder:
         if KB < K:
             return self._matmul_streamed(ph, t, tile, layout, K, N, NB, NT, KB, rows0, block, trans, members,
                                          consumers, owner, pi)
-        with em.loop("i_nb", N // NB):
+        with em.loop("i_nb", N // NB, only=self._column_blocks(ph, NB)):
             wblk = {mm: self.shared_weights.get(mm) or self._weight_piece(mm, K, KT, NB, None, P,
                                                                           dma=self._dma_weights())
                     for mm in ph.matmuls}
@@ -1144,7 +1158,7 @@ class KernelBuilder:
         else:
             lcol = _ex(("i_kb", kps * BM * P), ("i_kt", BM * P), ("i_r", P))
         slot = _ex(("i_r", NB), ("i_nt", NT))
-        with em.loop("i_nb", N // NB):
+        with em.loop("i_nb", N // NB, only=self._column_blocks(ph, NB)):
             # never zeroed: the first piece's matmuls overwrite, the later ones add (emitter.matmul)
             accs = {mm: em.alloc("acc", P, BM * NB, "accum") for mm in ph.matmuls}
             with em.loop("i_kb", K // KB):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from axon.search.candidates import Counts, direct_lowering, enumerate_candidates
-from axon.search.check import CheckedRows, check, plan_rows
+from axon.search.check import CheckedRows, check, plan_columns, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs
 from axon.search.select import check_candidate
@@ -72,6 +72,53 @@ def test_a_kernel_that_misses_a_checked_block_fails(direct):
     assert check_candidate(TRN2, src, data, want, tol, take).ok
     bad = check_candidate(TRN2, wrong, data, want, tol, take)
     assert not bad.ok and bad.failed == 128 * 512 and bad.worst[1][0] >= 128
+
+
+WIDE = {"m": 1024, "k": 128, "n": 2048}  # 4 column blocks of 512
+
+
+def test_over_the_budget_a_one_pass_matmul_checks_column_blocks_too():
+    cand = direct_lowering("matmul", MATMUL.graph, WIDE, TRN2, "bfloat16", Lowerer(TRN2))
+    macs = matmul_macs(MATMUL.graph, WIDE)
+    assert plan_columns(MATMUL.graph, cand, WIDE, macs, budget=macs) is None  # the rows fit the budget
+    cols = plan_columns(MATMUL.graph, cand, WIDE, macs, budget=1.0)
+    assert cols == CheckedRows("n", 2048, 512, ((0, 512), (1536, 2048)), "columns")
+    assert "n columns 0:512, 1536:2048 of 2048 (2 of 4 blocks of 512 columns" in cols.describe()
+    # an output whose last axis is the rows (stored transposed), a max over the columns, a second
+    # matmul contracting the first one's: no column of the output is computed from its own columns alone
+    import axon
+
+    @axon.program(x=("m", "k"), w=("k", "n"))
+    def shifted(x, w):
+        y = x @ w
+        return y - y.max(axis=1, keepdims=True)
+    for name, g in [(n, SUITE[n].program.graph) for n in ("matmul_transpose", "gated_mlp")] + [("shifted", shifted.graph)]:
+        sizes = {d: 1024 for n in g.inputs for s in n.shape for d in s.symbols}
+        other = direct_lowering(name, g, sizes, TRN2, "bfloat16", Lowerer(TRN2))
+        assert plan_columns(g, other, sizes, 1e12, budget=1.0) is None, name
+
+
+def test_a_check_on_rows_and_columns_passes_and_fails_a_kernel_that_skips_a_checked_column_block():
+    cand = direct_lowering("matmul", MATMUL.graph, WIDE, TRN2, "bfloat16", Lowerer(TRN2))
+    data = MATMUL.random_inputs(WIDE, "bfloat16", seed=8)
+    macs = matmul_macs(MATMUL.graph, WIDE)
+    rows = plan_rows(MATMUL.graph, cand, WIDE, macs, budget=1.0)
+    cols = plan_columns(MATMUL.graph, cand, WIDE, macs * rows.checked / rows.rows, budget=1.0)
+    result = check(TRN2, "matmul", MATMUL.graph, cand, WIDE, "bfloat16", Lowerer(TRN2), data, rows, columns=cols)
+    assert result.ok and result.tolerance["elements"] == rows.checked * cols.checked
+    from axon.search.candidates import emit, packed_world
+
+    world, _, _ = packed_world(MATMUL.graph, 1, WIDE)
+    src = emit("matmul", TRN2, world, cand, WIDE, "bfloat16", Lowerer(TRN2), rows=rows.ranges,
+               columns=("n", cols.ranges))
+    assert "i_nb = (0, 3)[i_nb_k]  # 2 of 4 iterations" in src
+    wrong = src.replace("i_nb = (0, 3)[i_nb_k]", "i_nb = (0, 2)[i_nb_k]")  # the last block's columns not written
+    r, c = np.r_[0:128, 896:1024], np.r_[0:512, 1536:2048]
+    want, tol = kernel_reference(MATMUL.graph, {"x": data["x"][r], "w": data["w"][:, c]}, "bfloat16")
+    take = lambda outs: [np.asarray(outs[0])[r][:, c]]
+    assert check_candidate(TRN2, src, data, want, tol, take).ok
+    bad = check_candidate(TRN2, wrong, data, want, tol, take)
+    assert not bad.ok and bad.failed == 256 * 512
 
 
 def test_a_packed_candidates_partial_check_runs_whole_packed_blocks():
@@ -161,8 +208,8 @@ def test_the_reference_takes_all_checked_rows_at_once_with_the_same_result(direc
     windows = []
     real = check_module._reference
     monkeypatch.setattr(check_module, "_reference", lambda *args: windows.append(args[5]) or real(*args))
-    want, tol = check_module._reference_on_rows(MATMUL.graph, MATMUL.graph, 1, direct, data, SIZES, "bfloat16",
-                                                frozenset(), rows)
+    want, tol = check_module._reference_on_part(MATMUL.graph, MATMUL.graph, 1, direct, data, SIZES, "bfloat16",
+                                                frozenset(), rows, None)
     assert [w["m"] for w in windows] == [3 * 128]  # one reference over the three windows' rows, not one per window
     sliced = {k: (v[np.r_[0:128, 2048:2176, 3968:4096]] if k == "x" else v) for k, v in data.items()}
     alone, alone_tol = kernel_reference(MATMUL.graph, sliced, "bfloat16", narrow=frozenset())
@@ -173,8 +220,8 @@ def test_the_reference_takes_all_checked_rows_at_once_with_the_same_result(direc
     cand = direct_lowering("causal_gqa", causal.graph, sizes, TRN2, "bfloat16", Lowerer(TRN2))
     data = causal.random_inputs(sizes, "bfloat16", seed=3)
     windows.clear()
-    want, tol = check_module._reference_on_rows(causal.graph, causal.graph, 1, cand, data, sizes, "bfloat16",
-                                                frozenset(), CheckedRows("s", 512, 128, ((0, 128), (384, 512))))
+    want, tol = check_module._reference_on_part(causal.graph, causal.graph, 1, cand, data, sizes, "bfloat16",
+                                                frozenset(), CheckedRows("s", 512, 128, ((0, 128), (384, 512))), None)
     assert [w["s"] for w in windows] == [256]
     whole, whole_tol = kernel_reference(causal.graph, data, "bfloat16", narrow=frozenset())
     rows = np.r_[0:128, 384:512]

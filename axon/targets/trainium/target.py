@@ -80,11 +80,13 @@ class TrainiumTarget:
 
     @sandboxed(lambda self, source, *a, **k: source_label(source))  # timeout_s, memory_mb: sandbox.py
     def run(self, source: str, inputs: dict, timing_only: bool, keep_schedule: bool = False,
-            partial: bool = False, sampled: bool = False, stop_above_ns: float = math.inf) -> Measured:
+            partial: bool = False, sampled: bool = False, stop_above_ns: float = math.inf,
+            timed: bool = True) -> Measured:
         """`partial`: the kernel may leave output elements unwritten (a check's kernel on some row
         blocks); they come back NaN. `sampled` (timing only): the latency from runs that cut long
         loops short (sampled_timing.py; no schedule), what ranking uses, stopped once its floor
-        reaches `stop_above_ns`."""
+        reaches `stop_above_ns`. `timed=False`: outputs only, no latency (a numerical check's run:
+        ranking timed the kernel already, and at Llama sizes the model adds seconds to the run)."""
         from axon.targets.trainium.perfmodel import estimate
         from axon.targets.trainium.sampled_timing import sampled_latency
         from axon.targets.trainium.simulator import ShapeDtype, load_source, simulate
@@ -99,12 +101,12 @@ class TrainiumTarget:
             s = sampled_latency(kernel, args, self.hw, serve_repeats=False, stop_above_ns=stop_above_ns, **strict)
             return Measured(s.latency_ns, None, None, s.work, s.exact, s.floors, s.stopped)
         res = simulate(kernel, args, target=self.name, timing_only=timing_only, **strict)
-        est = estimate(res.trace, self.hw, keep_schedule=keep_schedule, serve_repeats=False)
+        est = estimate(res.trace, self.hw, keep_schedule=keep_schedule, serve_repeats=False) if timed else None
         outs = None
         if not timing_only:
             o = res.outputs
             outs = list(o) if isinstance(o, (tuple, list)) else [o]
-        return Measured(est.latency_ns, outs, est, len(res.trace))
+        return Measured(est.latency_ns if timed else math.nan, outs, est, len(res.trace))
 
     def peaks(self, dtype: str):
         """The roofline's rates at `dtype`: TensorE peak and one core's HBM bandwidth (the
