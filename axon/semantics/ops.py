@@ -237,12 +237,20 @@ def _slice_constraints(shapes, p: SliceParams):
 
 
 def _symbolic_slice_facts(size: Size, start, stop) -> list[SizeFact]:
-    """start:stop with a symbolic bound: integer bounds (k/2 needs k even), a non-empty extent,
-    and a stop inside the axis."""
-    end = size if stop is None else Size.of(stop)
-    facts = [f for b in (Size.of(start), end) if (f := b.integral()) is not None]
-    for fact in (SizeFact(end - Size.of(start), minimum=1), SizeFact(size - end, minimum=0)):
-        if not fact.size.is_constant and not (fact.minimum == 0 and all(c > 0 for _, c in fact.size.terms)):
+    """start:stop with a symbolic bound: integer bounds (k/2 needs k even), a start at 0 or after,
+    a non-empty extent, and a stop inside the axis. Python clips a stop past the axis and counts
+    a negative start from the end, so the extent is stop - start only where these hold; a bound
+    that breaks one at every size is an error."""
+    begin, end = Size.of(start), size if stop is None else Size.of(stop)
+    facts = [f for b in (begin, end) if (f := b.integral()) is not None]
+    for fact, broken in ((SizeFact(begin, minimum=0), f"the start {begin} is negative"),
+                         (SizeFact(end - begin, minimum=1), f"{begin}:{end} is empty"),
+                         (SizeFact(size - end, minimum=0), f"the stop {end} lies past the axis of {size}")):
+        if fact.size.is_constant:
+            if fact.size.constant < fact.minimum:
+                raise ShapeError(f"slice {begin}:{end} of an axis of {size}: {broken} at every size "
+                                 "(Python would clip or wrap it; write the bounds inside the axis)")
+        elif fact.bounded:
             facts.append(fact)
     return facts
 

@@ -194,7 +194,7 @@ class Size:
         lcm = 1
         for d in denominators:
             lcm = lcm * d // gcd(lcm, d)
-        return SizeFact(self * lcm, divisor=lcm, minimum=0)
+        return SizeFact(self * lcm, divisor=lcm, minimum=None)  # a number: any sign
 
     # -- identity -------------------------------------------------------------------------
     def __eq__(self, other) -> bool:
@@ -210,6 +210,32 @@ class Size:
         if not equal and isinstance(other, Size) and Size.in_program and not (self - other).is_constant:
             _refuse_in_program(f"{self} {symbol} {other}", "true at some sizes and false at others", depth=3)
         return equal
+
+    def __lt__(self, other):
+        return self._order(other, "<", lambda d: d < 0)
+
+    def __le__(self, other):
+        return self._order(other, "<=", lambda d: d <= 0)
+
+    def __gt__(self, other):
+        return self._order(other, ">", lambda d: d > 0)
+
+    def __ge__(self, other):
+        return self._order(other, ">=", lambda d: d >= 0)
+
+    def _order(self, other, symbol: str, holds):
+        """A comparison decided by the constant difference, or refused in a program's own code
+        (NotImplemented elsewhere: Python's TypeError)."""
+        if isinstance(other, (int, Fraction)) and not isinstance(other, bool):
+            other = Size.of(other)
+        if not isinstance(other, Size):
+            return NotImplemented
+        difference = self - other
+        if difference.is_constant:
+            return holds(difference.constant)
+        if Size.in_program:
+            _refuse_in_program(f"{self} {symbol} {other}", "true at some sizes and false at others", depth=3)
+        return NotImplemented
 
     def __bool__(self) -> bool:
         if self.is_constant:
@@ -278,16 +304,23 @@ def bind_shape(shape: Shape, binding: Mapping[str, int]) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class SizeFact:
     """A precondition a program puts on its sizes: `size` is a multiple of `divisor` and at least
-    `minimum`. Every stage reads it the same way: the evaluator rejects sizes that break it, the
-    refuter and the fuzzer never bind them, the prover assumes it, and a verdict states it."""
+    `minimum` (None: of any sign, as `n // 2 - 3` used as a number). Every stage reads it the same
+    way: the evaluator rejects sizes that break it, the refuter and the fuzzer never bind them, the
+    prover assumes it, and a verdict states it."""
 
     size: Size
     divisor: int = 1
-    minimum: int = 1
+    minimum: Optional[int] = 1
 
     def holds(self, binding: Mapping[str, int]) -> bool:
         value = self.size.evaluate(binding)
-        return value.denominator == 1 and value.numerator % self.divisor == 0 and value >= self.minimum
+        return (value.denominator == 1 and value.numerator % self.divisor == 0
+                and (self.minimum is None or value >= self.minimum))
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the minimum says more than that a size made of sizes is positive."""
+        return self.minimum is not None and not (self.minimum <= 1 and all(c > 0 for _, c in self.size.terms))
 
     def rename(self, names: Mapping[str, str]) -> "SizeFact":
         renamed = Size({tuple(sorted(names.get(s, s) for s in m)): c for m, c in self.size.terms})
@@ -297,6 +330,6 @@ class SizeFact:
         parts = []
         if self.divisor > 1:
             parts.append(f"{self.size} even" if self.divisor == 2 else f"{self.size} a multiple of {self.divisor}")
-        if self.minimum > 1:
+        if self.bounded:
             parts.append(f"{self.size} >= {self.minimum}")
         return " and ".join(parts)

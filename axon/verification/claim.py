@@ -20,7 +20,7 @@ ASSUMPTION_TEXT = {"!=": "divisors are non-zero", ">=": "sqrt arguments are >= 0
 
 def lower_bound(fact: SizeFact) -> Optional[tuple[str, int]]:
     """(dim, n) when the fact says only dim >= n: a linear size a*dim + c with a > 0."""
-    if fact.divisor != 1:
+    if fact.divisor != 1 or fact.minimum is None:
         return None
     symbolic = [(m, c) for m, c in fact.size.terms if m]
     if len(symbolic) != 1 or len(symbolic[0][0]) != 1 or symbolic[0][1] <= 0:
@@ -39,16 +39,21 @@ def simplify(facts: Iterable[SizeFact]) -> tuple[SizeFact, ...]:
         if bound is None:
             if not _trivial(fact):
                 key = (fact.size, fact.divisor)
-                other[key] = max(other.get(key, fact.minimum), fact.minimum)
+                other[key] = _stronger(other.get(key, fact.minimum), fact.minimum)
         elif bound[1] > 1:
             bounds[bound[0]] = max(bounds.get(bound[0], 1), bound[1])
     kept = [SizeFact(Size.of(d), minimum=n) for d, n in sorted(bounds.items())]
     return tuple(kept + sorted((SizeFact(s, d, n) for (s, d), n in other.items()), key=str))
 
 
+def _stronger(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    """The stronger of two minimums of one size (None: no minimum)."""
+    return b if a is None else a if b is None else max(a, b)
+
+
 def _trivial(fact: SizeFact) -> bool:
     """Every size is a positive integer: a polynomial with positive coefficients is >= 1."""
-    return fact.divisor == 1 and fact.minimum <= 1 and all(c > 0 for _, c in fact.size.terms)
+    return fact.divisor == 1 and not fact.bounded
 
 
 def _bound_only(fact: SizeFact) -> SizeFact:
@@ -98,7 +103,7 @@ def _describe(fact: SizeFact) -> str:
     bound = lower_bound(fact)
     if bound is not None and fact.minimum >= 1 and fact.divisor == 1:
         return f"{bound[0]} >= {bound[1]}"
-    return fact.describe() or f"{fact.size} >= {fact.minimum}"
+    return fact.describe()
 
 
 def narrowing(small: Sequence[dict], failing: Sequence[dict]) -> Optional[list[SizeFact]]:

@@ -158,6 +158,8 @@ class Verifier:
         facts = a.constraints | b.constraints
         base = list(facts) + positivity(s for n in nodes for s in n.shape)
         small, failing = numeric.domain_failures(a, b, facts, self.seed)
+        nonzero = numeric.size_divisors(nodes)  # the claim leaves out their zeros: no bound needed there
+        failing = [f for f in failing if all(s.evaluate(f) != 0 for s in nonzero)]
         narrowed = narrowing(small, failing)
         if narrowed is None:
             return Verdict(Status.UNKNOWN, "not proved: at every small size some divisor (or log argument) is zero "
@@ -165,7 +167,7 @@ class Verifier:
         note = (f"sizes with {' or '.join(f'{f.size} < {f.minimum}' for f in narrowed)} are left out: a divisor is "
                 f"zero for every input at {_sizes(failing[0])}" + (f" and {len(failing) - 1} more of them" if len(failing) > 1 else "")
                 if narrowed else "")
-        return small, Claim(simplify(base + narrowed), (), note, numeric.size_divisors(nodes))
+        return small, Claim(simplify(base + narrowed), (), note, nonzero)
 
     def _shape_mismatch(self, a: Graph, b: Graph, k: int) -> Verdict:
         oa, ob = a.outputs[k], b.outputs[k]
@@ -189,7 +191,7 @@ class Verifier:
         nodes = toposort(a.outputs + b.outputs)
         positive = tuple({p.key: p for n in nodes for p in map(size_poly, n.shape) if not p.is_const}.values())
         facts = tuple(sorted(((size_poly(f.size), f.divisor, f.minimum) for f in claim.facts),
-                             key=lambda t: (t[0].key, t[1], t[2])))
+                             key=lambda t: (t[0].key, t[1], t[2] is not None, t[2] or 0)))
         spent, all_cached = 0.0, True
         for k, (oa, ob) in enumerate(zip(a.outputs, b.outputs)):
             index = output_index(oa.rank)

@@ -45,7 +45,7 @@ class Query:
     assumptions: tuple[tuple[str, Poly], ...]       # (relation to 0, term): domain assumptions
     bounds: tuple[tuple[Poly, Poly], ...]           # (index, size): 0 <= index < size
     positive: tuple[Poly, ...]                      # sizes that must be >= 1
-    facts: tuple[tuple[Poly, int, int], ...]        # (size, d, n): d divides size, size >= n
+    facts: tuple[tuple[Poly, int, Optional[int]], ...]  # (size, d, n): d divides size, size >= n (None: any)
     claim: str = "=="                               # prove `difference <claim> 0`
     label: str = ""
 
@@ -56,7 +56,7 @@ class Query:
                            *sorted(f"{r} 0: {p.key}" for r, p in self.assumptions),
                            *(f"0 <= {i.key} < {s.key}" for i, s in self.bounds),
                            *sorted(f"{p.key} >= 1" for p in self.positive),
-                           *sorted(f"{d} | {p.key} >= {n}" for p, d, n in self.facts)])
+                           *sorted(f"{d} | {p.key}" + ("" if n is None else f" >= {n}") for p, d, n in self.facts)])
 
 
 @dataclass
@@ -194,7 +194,8 @@ def _side_conditions(tr: _Translation, q: Query) -> list[z3.BoolRef]:
     for p, d, n in q.facts:
         if d > 1:
             facts.append(z3.ToReal(z3.Int(f"mult{len(facts)}", tr.ctx)) * d == tr.real(p))
-        facts.append(tr.real(p) >= n)
+        if n is not None:
+            facts.append(tr.real(p) >= n)
     return facts
 
 

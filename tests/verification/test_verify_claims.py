@@ -331,15 +331,16 @@ def times_one(x):
     return x * 1.0
 
 
-def test_a_narrowing_keeps_no_bound_a_later_one_made_redundant_and_says_where_divisors_vanish():
-    """k = 3 fails, among the small sizes the narrowing evaluates; lower bounds cannot leave out
-    one size, so k >= 4, and no bound on m (the greedy took m >= 3 on the way, for nothing)."""
-    f = _scaled_and_back(3)
-    v = verdict(f, times_one)
-    assert v.status is Status.PROVED and v.conditions == ("k >= 4", "-3 + k != 0"), v
-    assert v.covers({"m": 1, "k": 4}) and not v.covers({"m": 5, "k": 3})
-    assert "a divisor is zero for every input at m=1, k=3" in v.reason
-    assert differ_at(f, times_one, {"m": 2, "k": 3})
+def test_a_size_divisor_zero_among_the_small_sizes_leaves_out_that_size_only():
+    """k = 3 fails, among the small sizes the narrowing evaluates; the claim's k - 3 != 0 leaves
+    it out, so no lower bound is taken (k >= 4 left out k = 1 and 2 too, and with k - 4 as the
+    divisor every small size failed: "unknown")."""
+    for c in (3, 4):
+        f = _scaled_and_back(c)
+        v = verdict(f, times_one)
+        assert v.status is Status.PROVED and v.conditions == (f"-{c} + k != 0",), v
+        assert v.covers({"m": 1, "k": 2}) and v.covers({"m": 1, "k": c + 1}) and not v.covers({"m": 5, "k": c})
+        assert differ_at(f, times_one, {"m": 2, "k": c})
 
 
 def test_a_size_the_programs_divide_by_is_non_zero_in_the_claim():
