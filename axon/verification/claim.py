@@ -103,6 +103,11 @@ def _describe(fact: SizeFact) -> str:
     bound = lower_bound(fact)
     if bound is not None and fact.minimum >= 1 and fact.divisor == 1:
         return f"{bound[0]} >= {bound[1]}"
+    symbolic = [(m, c) for m, c in fact.size.terms if m]
+    if fact.divisor == 1 and fact.minimum is not None and len(symbolic) == 1 and len(symbolic[0][0]) == 1 \
+            and symbolic[0][1] < 0:  # c - a*n >= k: n at most (c - k) / a (a slice start 1 - n)
+        (dim,), a = symbolic[0]
+        return f"{dim} <= {math.floor((fact.size.constant - fact.minimum) / -a)}"
     return fact.describe()
 
 

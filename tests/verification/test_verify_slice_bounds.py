@@ -61,6 +61,7 @@ def test_a_start_negative_for_most_sizes_is_not_proved_for_them():
     # numpy reads x[:, 1:] at every n >= 2: f = S'/(n - 1), g = S'/(2n - 1)
     v = verdict(wrapped_start_mean, over_2n_minus_1)
     assert not v.covers({"m": 2, "n": 2}) and not v.covers({"m": 2, "n": 5})
+    assert v.status is Status.PROVED and v.conditions == ("n <= 1",) and v.covers({"m": 2, "n": 1})
 
 
 @axon.program(x=("m", "n"))
