@@ -9,7 +9,10 @@ operands at small concrete sizes, in float64. Neither ever proves anything:
     a soundness bug in the verifier or in an operator's encoding, and the caller reports it loudly.
 A difference is counted only where both sides are finite, relative to the output's magnitude
 (reassociation changes the last bits); if NaN/inf patterns disagree, positive operands are tried
-(sqrt and log of negatives are real-valued only in the solver's uninterpreted world).
+(sqrt and log of negatives are real-valued only in the solver's uninterpreted world), and there
+a side undefined where the other is not is a difference: a rewrite keeps the domain (where(m,
+sqrt(c), -1) is no sqrt(where(m, c, -1)): the second is NaN wherever m is false). An operand a
+`where` reads as its condition is drawn from {0, 1}, so both branches are taken.
 """
 from __future__ import annotations
 
@@ -18,9 +21,10 @@ from typing import Optional
 
 import numpy as np
 
-from axon.ir import Graph, Node
+from axon.ir import Graph, Node, toposort
 from axon.rewriting.templates import dim_names, leaves
 from axon.semantics.evaluate import evaluate
+from axon.semantics.ops import Op
 from axon.semantics.sizes import bind_shape
 
 RTOL = 1e-9  # float64 reassociation error at these sizes is ~1e-14; an eps = 1e-6 term must still show
@@ -59,25 +63,30 @@ def _holds(fact, binding) -> bool:
 
 def compare(lhs: Node, rhs: Node, binding: dict[str, int], seed: int = 0) -> Comparison:
     operands = leaves(lhs, rhs)
+    conditions = {n.inputs[0] for n in toposort([lhs, rhs]) if n.op is Op.WHERE}
     result = Comparison("inconclusive", binding, "no finite elements to compare")
     for positive in (False, True):
         rng = np.random.default_rng(seed)
         arrays = {}
         for node in operands:
             shape = bind_shape(node.shape, binding)
-            arrays[node.params.name] = rng.uniform(0.5, 2.0, shape) if positive else rng.standard_normal(shape)
+            arrays[node.params.name] = (rng.integers(0, 2, shape).astype(np.float64) if node in conditions else
+                                        rng.uniform(0.5, 2.0, shape) if positive else rng.standard_normal(shape))
         (a,) = evaluate(Graph(tuple(operands), (lhs,)), arrays, binding)
         (b,) = evaluate(Graph(tuple(operands), (rhs,)), arrays, binding)
-        result = _judge(a, b, binding)
+        result = _judge(a, b, binding, domain=positive)
         if result.verdict != "inconclusive":
             return result
     return result
 
 
-def _judge(a: np.ndarray, b: np.ndarray, binding) -> Comparison:
+def _judge(a: np.ndarray, b: np.ndarray, binding, domain: bool = False) -> Comparison:
+    """`domain`: operands inside every operator's domain, where finite on one side only differs."""
     if a.shape != b.shape:
         return Comparison("differ", binding, f"shapes {a.shape} vs {b.shape}")
     both = np.isfinite(a) & np.isfinite(b)
+    if domain and not np.array_equal(np.isfinite(a), np.isfinite(b)):
+        return Comparison("differ", binding, "finite on one side only, on operands in every operator's domain")
     if not both.any():
         return Comparison("inconclusive", binding, "no finite elements to compare")
     scale = 1.0 + max(np.abs(a[both]).max(), np.abs(b[both]).max())

@@ -82,6 +82,8 @@ class VerifierStats:
     solver_time_s: float = 0.0
 
 
+ONE_SIDED = {"!=": "a divisor assumed non-zero", ">=": "a sqrt argument assumed >= 0",
+             ">": "a log argument assumed > 0"}
 QUERY_CHARS = 240  # a deciding query is shown abbreviated to this many characters
 CONFIRM_TRIALS = 16  # size bindings the refuter tries again before a solver model is left unconfirmed
 
@@ -116,11 +118,52 @@ class Verifier:
         """Equivalence of two sub-DAGs whose leaves are INPUT nodes (matched by name) and CONSTs,
         as a rewrite: it is applied at every size, so a claim narrowed below the sizes the terms
         accept is no proof here."""
-        verdict = self.check_graphs(_graph_of(a, constraints), _graph_of(b, constraints))
+        ga, gb = _graph_of(a, constraints), _graph_of(b, constraints)
+        verdict = self.check_graphs(ga, gb)
         if verdict.proved and verdict.claim.narrowed:
             return replace(verdict, status=Status.UNKNOWN, claim=None,
                            reason=f"not proved at every size: {verdict.reason}")
+        if verdict.proved and verdict.claim.assumptions:
+            one_sided = self._one_sided_assumptions(ga, gb, verdict.claim)
+            if one_sided:
+                return replace(verdict, status=Status.UNKNOWN, claim=None,
+                               reason=f"not proved for every input: {one_sided} on one side only (where it fails, "
+                                      f"that side is undefined and the other need not be): {verdict.reason}")
         return verdict
+
+    def _one_sided_assumptions(self, a: Graph, b: Graph, claim: Claim) -> str:
+        """The first ground domain assumption (a divisor != 0, a sqrt argument >= 0, a log argument
+        > 0) that one side's terms make and the other side's assumptions do not imply, described;
+        "" when there is none. A proof assumes them all, so an assumption of one side alone
+        leaves out exactly the inputs where the two differ (where(m, sqrt(c), -1) against
+        sqrt(where(m, c, -1)): the second's argument is -1 wherever m is false), and a rewrite
+        applies at every input."""
+        (oa,), (ob,) = a.outputs, b.outputs
+        index = output_index(oa.rank)
+        bounds = tuple(zip(index, map(size_poly, oa.shape)))
+        nodes = toposort(a.outputs + b.outputs)
+        positive = tuple({p.key: p for n in nodes for p in map(size_poly, n.shape) if not p.is_const}.values())
+        facts = tuple(sorted(((size_poly(f.size), f.divisor, f.minimum) for f in claim.facts),
+                             key=lambda t: (t[0].key, t[1], t[2] is not None, t[2] or 0)))
+        sides = []
+        for out in (oa, ob):
+            alg = SymbolicAlgebra()
+            try:
+                with T.ranged(bounds):
+                    Encoder(alg).term(out, index)
+            except (Undefined, TooLarge, UnsupportedError, RecursionError) as err:
+                return f"an assumption that cannot be attributed ({err})"
+            sides.append({f.key: f for f in alg.assumptions.values() if f.ground})
+        for mine, other in ((sides[0], sides[1]), (sides[1], sides[0])):
+            premises = tuple(sorted(((f.relation, f.term) for f in other.values()), key=lambda t: (t[0], t[1].key)))
+            for key, fact in sorted(mine.items()):
+                if key in other:
+                    continue
+                query = Query(fact.term, premises, bounds, positive, facts, claim=fact.relation)
+                if self._solve(query)[0].result != "unsat":
+                    term = _abbreviate(f"{fact.term.key} {fact.relation} 0")
+                    return f"{ONE_SIDED[fact.relation]} ({term})"
+        return ""
 
     # -- the check order ---------------------------------------------------------------------
     def _check(self, a: Graph, b: Graph) -> Verdict:
