@@ -388,3 +388,14 @@ def test_a_row_error_counted_as_fixed_stays_a_bound_where_others_are_infinite():
     assert plain.row is None and not np.isnan(plain.fixed).any()
     np.testing.assert_allclose(plain.fixed, 0.1 * np.abs(v))
     assert np.isinf(plain.likely()[0, 0]) and plain.likely()[1, 1] == pytest.approx(0.05)
+
+
+def test_a_report_says_what_a_wide_bound_lets_through():
+    from axon.semantics.bounds import describe
+
+    summary = lambda rel: {"formula": "f", "dtypes": {"out": ["bfloat16"], "mid": "bfloat16", "acc": "float32"},
+                           "longest_reduction": 8, "bound_median": 1.0, "bound_over_ref_median": rel,
+                           "unbounded_elements": 0}
+    assert "loose" not in describe(summary(0.01)) and "weak" not in describe(summary(0.01))
+    assert "loose: a kernel off by 30% of a typical element can pass" in describe(summary(0.3))
+    assert "this check is weak" in describe(summary(2.0))
