@@ -39,6 +39,7 @@ from axon.errors import UnsupportedError
 from axon.fusion.nodes import RowWorld, phases
 from axon.ir import Graph, Node, make_node
 from axon.search.candidates import Candidate, emit, packed_world
+from axon.search.roofline import matmul_macs
 from axon.search.select import Check, check_candidate, compare, start_check_run
 from axon.semantics import batch
 from axon.semantics.bounds import Tolerance, kernel_reference
@@ -47,6 +48,14 @@ from axon.semantics.sizes import Size
 from axon.tiling.build import narrow_values
 
 MIN_BLOCKS = 2  # a partial check runs at least the first and the last row block
+# What the reference costs per element of a computed value, in multiply-adds: its value and error
+# bounds are a dozen float64 passes, against one fused multiply-add of a BLAS product. Fitted on
+# benchmarks/results/check_speed.md (the reference as the check runs it, 2026-12-07): matmul at
+# 1024 x 8192 x 28672 in 20.9 s and gqa on 640 rows of 64 heads x 8192 keys in 74.8 s give
+# 2.6e-11 s per multiply-add and 5.4e-8 s per element (gated_mlp on 1024 rows: 65 s predicted,
+# 61.1 s measured). Attention's scores are most of its check: counted by multiply-adds alone,
+# five 128-row blocks of gqa at 70B looked cheaper than two 512-row blocks of a matmul.
+ELEMENT_MACS = 2000
 
 
 @dataclass(frozen=True)
@@ -73,25 +82,35 @@ class CheckedRows:
         return {"dim": self.dim, "of": self.rows, "block": self.block, "ranges": [list(r) for r in self.ranges]}
 
 
+def reference_work(graph: Graph, sizes: Mapping[str, int]) -> float:
+    """What the check's reference of `graph` costs at `sizes`, in multiply-adds: its matmuls',
+    and ELEMENT_MACS for each element of every value it computes."""
+    elements = sum(math.prod(d.evaluate_int(sizes) for d in n.shape)
+                   for n in graph.nodes() if n.op not in (Op.INPUT, Op.CONST))
+    return matmul_macs(graph, sizes) + ELEMENT_MACS * elements
+
+
 def plan_rows(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: float,
-              budget: float) -> Optional[CheckedRows]:
+              budget: float, work: Optional[float] = None) -> Optional[CheckedRows]:
     """None when the whole case fits the budget of multiply-adds (or has a single block); else the
-    row blocks to check: evenly spread, first and last included, as many as the budget allows."""
+    row blocks to check: evenly spread, first and last included, as many as the budget allows of
+    `work` (reference_work; default `macs`)."""
     if macs <= budget or cand.options.fold:  # folded heads: rows of one head are not contiguous
         return None
     dim = _row_symbol(graph)
     world, g, wsizes = packed_world(graph, cand.options.packed, sizes)
     rows_w = world.row.evaluate_int(wsizes)  # in the kernel's (packed) rows
     unit = math.lcm(*(p.tiling.row_tile * p.tiling.row_block for p in cand.passes))
-    ranges = _spread_blocks(rows_w // unit, macs * unit / rows_w, budget, unit * g)  # g program rows per packed row
+    block_work = (macs if work is None else work) * unit / rows_w
+    ranges = _spread_blocks(rows_w // unit, block_work, budget, unit * g)  # g program rows per packed row
     return None if ranges is None else CheckedRows(dim, sizes[dim], unit * g, ranges)
 
 
 def plan_columns(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: float,
-                 budget: float) -> Optional[CheckedRows]:
+                 budget: float, work: Optional[float] = None) -> Optional[CheckedRows]:
     """None when `macs` (what the checked rows cost) fits the budget, or when the candidate's
     columns cannot be checked in part; else the column blocks of its output matmul to check, spread
-    as plan_rows spreads rows."""
+    as plan_rows spreads rows over `work` (default `macs`)."""
     if macs <= budget or cand.options.packed > 1 or cand.options.fold or len(cand.passes) != 1:
         return None
     dim = _column_symbol(graph)
@@ -107,7 +126,7 @@ def plan_columns(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: 
         return None
     n_cols = sizes[dim]
     block = p.tiling.n_block_for(n_cols)
-    ranges = _spread_blocks(n_cols // block, macs * block / n_cols, budget, block)
+    ranges = _spread_blocks(n_cols // block, (macs if work is None else work) * block / n_cols, budget, block)
     return None if ranges is None else CheckedRows(dim, n_cols, block, ranges, "columns")
 
 

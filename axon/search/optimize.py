@@ -28,7 +28,7 @@ from axon.fusion.nodes import FUSION_MODES, RowWorld, columns_for_vectors
 from axon.frontend.program import Program, program_of
 from axon.search.candidates import (Candidate, Counts, Plans, check_lowerable, direct_lowering, enumerate_candidates,
                                     with_header_line)
-from axon.search.check import check as check_with_data, plan_columns, plan_rows
+from axon.search.check import check as check_with_data, plan_columns, plan_rows, reference_work
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs, program_roofline
 from axon.search.database import code_fingerprint
@@ -460,9 +460,10 @@ def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, macs, 
     all, the columns checked or None for all))."""
     graph = pool[cand.variant][0] if cand.rewrites or cand.variant else prog.graph
     try:
-        rows = plan_rows(graph, cand, sizes, macs, FULL_CHECK_MACS)
-        row_macs = macs if rows is None else macs * rows.checked / rows.rows
-        columns = plan_columns(graph, cand, sizes, row_macs, FULL_CHECK_MACS)
+        work = reference_work(graph, sizes)
+        rows = plan_rows(graph, cand, sizes, macs, FULL_CHECK_MACS, work)
+        share = 1.0 if rows is None else rows.checked / rows.rows
+        columns = plan_columns(graph, cand, sizes, macs * share, FULL_CHECK_MACS, work * share)
     except UnsupportedError as err:
         raise UnsupportedError(f"{prog.name}: {err}") from None
     part = " and ".join(p.describe() for p in (rows, columns) if p is not None)

@@ -230,3 +230,20 @@ def test_the_reference_takes_all_checked_rows_at_once_with_the_same_result(direc
     # 16384 bounds differed by up to 1.6e-7 relative between the window's and the whole program's
     # arrays, where earlier machines agreed to 1e-9; a row at the wrong position differs by far more
     np.testing.assert_allclose(tol.bounds[0], whole_tol.bounds[0][..., rows, :], rtol=1e-6)
+
+
+def test_the_blocks_of_a_partial_check_are_counted_by_the_references_work():
+    """Attention's scores, each with a dozen float64 bound passes, are most of its reference: by
+    multiply-adds alone five blocks fit where the reference's work allows the first and the last."""
+    from axon.search.check import ELEMENT_MACS, reference_work
+
+    g = SUITE["gqa"].program.graph
+    sizes = {"kv": 1, "g": 1, "s": 2048, "t": 2048, "d": 64}
+    cand = direct_lowering("gqa", g, sizes, TRN2, "bfloat16", Lowerer(TRN2))
+    macs = matmul_macs(g, sizes)
+    work = reference_work(g, sizes)
+    assert work > macs + ELEMENT_MACS * 2048 * 2048  # the scores at least
+    unit = max(p.tiling.row_tile * p.tiling.row_block for p in cand.passes)
+    by_macs = plan_rows(g, cand, sizes, macs, budget=macs * 5 * unit / 2048)
+    by_work = plan_rows(g, cand, sizes, macs, budget=macs * 5 * unit / 2048, work=work)
+    assert by_macs.checked == 5 * unit and by_work.checked == 2 * unit
