@@ -212,7 +212,7 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
                                    for o, r, c in zip(outs, row_axes, col_axes)]
     # the kernel runs in its sandbox while this process computes the reference: at Llama-70B
     # sizes each takes tens of seconds, and neither needs the other
-    run = start_check_run(target, source, dict(data), partial=rows is not None)
+    run = start_check_run(target, source, dict(data), partial=outputs_of is not None)
     try:
         want, tol = reference()
     except BaseException:

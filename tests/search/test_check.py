@@ -247,3 +247,15 @@ def test_the_blocks_of_a_partial_check_are_counted_by_the_references_work():
     by_macs = plan_rows(g, cand, sizes, macs, budget=macs * 5 * unit / 2048)
     by_work = plan_rows(g, cand, sizes, macs, budget=macs * 5 * unit / 2048, work=work)
     assert by_macs.checked == 5 * unit and by_work.checked == 2 * unit
+
+
+def test_a_check_on_columns_alone_runs_the_kernel_as_partial():
+    sizes = {"m": 256, "k": 128, "n": 2048}  # two row blocks: both checked, the columns in part
+    cand = direct_lowering("matmul", MATMUL.graph, sizes, TRN2, "bfloat16", Lowerer(TRN2))
+    macs = matmul_macs(MATMUL.graph, sizes)
+    assert plan_rows(MATMUL.graph, cand, sizes, macs, budget=1.0) is None
+    cols = plan_columns(MATMUL.graph, cand, sizes, macs, budget=1.0)
+    data = MATMUL.random_inputs(sizes, "bfloat16", seed=9)
+    result = check(TRN2, "matmul", MATMUL.graph, cand, sizes, "bfloat16", Lowerer(TRN2), data, None, columns=cols)
+    assert result.ok, result.explain()
+    assert result.tolerance["elements"] == 256 * cols.checked
