@@ -6,7 +6,7 @@ fusion:   fused (1 pass; values crossing passes go through HBM)
 layout:   stationary operands transposed by dma; transposed weights by dma
 pass 1:   matmul, mul, max, sub, exp, matmul, sum, div; row tile 128 x block 4, matmul n tile 512, n block whole width, k tile 128
 lowerings: div (synthesis, proved), exp (synthesis, proved), matmul (synthesis, proved), max (synthesis, proved), mul (synthesis, proved), sub (synthesis, proved), sum (synthesis, proved)
-checked:  on s rows 0:512, 1024:1536, 2048:3072, 3584:4096 of 4096 (5 of 8 blocks of 512 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.00275, 0.14 of its per-element error bound
+checked:  on s rows 0:512, 3584:4096 of 4096 (2 of 8 blocks of 512 rows: the first, the last and spread between), random normal inputs (seed 0), against the float64 reference: max |err| 0.00273, 0.14 of its per-element error bound
 """
 import nki
 import nki.isa as nisa
