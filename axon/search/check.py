@@ -43,6 +43,7 @@ from axon.search.roofline import matmul_macs
 from axon.search.select import Check, check_candidate, compare, start_check_run
 from axon.semantics import batch
 from axon.semantics.bounds import Tolerance, kernel_reference
+from axon.semantics.evaluate import evaluate
 from axon.semantics.ops import ConstParams, Op
 from axon.semantics.sizes import Size
 from axon.tiling.build import narrow_values
@@ -187,10 +188,13 @@ def _shape(node, binding) -> tuple[int, ...]:
 
 def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, int], dtype: str, lowerer,
           data: Mapping[str, np.ndarray], rows: Optional[CheckedRows], outputs=None,
-          columns: Optional[CheckedRows] = None) -> Check:
+          columns: Optional[CheckedRows] = None, original: Optional[Graph] = None) -> Check:
     """Run `cand` (its kernel, or its kernel on `rows` and `columns` only) on `data` against the
     reference of `graph` (the variant it implements) under the bounds of its own precision model;
-    `outputs`: what its full kernel already gave on `data` (then nothing runs)."""
+    `outputs`: what its full kernel already gave on `data` (then nothing runs). `original`: the
+    program as written, when `graph` is a rewrite of it: where its value is finite, the variant's
+    must be within the same bounds of it, or the check fails (a wrong rewrite is caught here even
+    if its proof was wrong)."""
     world, g, wsizes = packed_world(graph, cand.options.packed, sizes, cand.options.fold)
     narrow = narrow_values(cand.passes, cand.options)
 
@@ -198,8 +202,16 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
         if rows is None and columns is None:
             return _reference(graph, world.graph, g, cand, dict(data), sizes, dtype, narrow)
         return _reference_on_part(graph, world.graph, g, cand, data, sizes, dtype, narrow, rows, columns)
+    def reference_of_the_program():
+        want, tol = reference()
+        if original is not None:
+            differs = _differs_from_original(original, want, tol, data, sizes, rows, columns)
+            if differs:
+                return None, Check(False, float("inf"), 0.0, differs, tolerance=tol.summary())
+        return want, tol
     if outputs is not None:
-        return compare(outputs, *reference())
+        want, tol = reference_of_the_program()
+        return tol if want is None else compare(outputs, want, tol)
     source = cand.source
     outputs_of = None
     if rows is not None or columns is not None:
@@ -214,11 +226,47 @@ def check(target, name: str, graph: Graph, cand: Candidate, sizes: Mapping[str, 
     # sizes each takes tens of seconds, and neither needs the other
     run = start_check_run(target, source, dict(data), partial=outputs_of is not None)
     try:
-        want, tol = reference()
+        want, tol = reference_of_the_program()
     except BaseException:
         run.cancel()
         raise
+    if want is None:
+        run.cancel()
+        return tol
     return check_candidate(target, source, dict(data), want, tol, outputs_of, started=run)
+
+
+def _differs_from_original(original: Graph, want, tol: Tolerance, data, sizes, rows: Optional[CheckedRows],
+                           columns: Optional[CheckedRows]) -> str:
+    """Where the program as written differs from the variant's reference by more than the bounds
+    on its finite values, said in one line; "" where it does not, or where the checked part of it
+    cannot be taken (its columns not independent)."""
+    ref_in, binding, graph = dict(data), dict(sizes), original
+    if rows is not None:
+        try:
+            row = RowWorld.of(original).row
+            ref_in = {n.params.name: _take(ref_in[n.params.name], _row_axis(n.shape, row), rows)
+                      for n in original.inputs}
+            graph, _ = rows_window(original, rows.dim, rows.ranges, rows.rows)
+        except UnsupportedError:  # no row structure to take a part of: the variant's check stands alone
+            return ""
+        binding[rows.dim] = rows.checked
+    if columns is not None:
+        where = batch.positions(original, columns.dim)
+        if where is None:
+            return ""
+        ref_in = {n.params.name: _take(ref_in[n.params.name], where.get(n), columns) for n in original.inputs}
+        binding[columns.dim] = columns.checked
+    for i, (got, w, bound) in enumerate(zip(evaluate(graph, ref_in, binding), want, tol.bounds)):
+        got = np.asarray(got, np.float64).reshape(np.shape(w))
+        with np.errstate(invalid="ignore"):
+            off = np.isfinite(got) & ~(np.abs(np.asarray(w, np.float64) - got) <= bound)
+        if off.any():
+            at = tuple(int(k) for k in np.argwhere(off)[0])
+            return (f"the variant it implements differs from the program as written at output {i} {at} "
+                    f"({float(np.asarray(w)[at]):.6g} vs {float(got[at]):.6g}, {int(off.sum())} element(s) past "
+                    f"their bound): a rewrite it applies is wrong there")
+    return ""
 
 
 def _reference(graph: Graph, kernel_graph: Graph, g: int, cand: Candidate, ref_in: dict, sizes, dtype: str,

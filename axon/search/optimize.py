@@ -468,8 +468,8 @@ def _check(prog, pool, cand: Candidate, sizes, tgt, dtype, lowerer, data, macs, 
         raise UnsupportedError(f"{prog.name}: {err}") from None
     part = " and ".join(p.describe() for p in (rows, columns) if p is not None)
     say(f"checking candidate at {latency_ns / 1e3:.1f} us numerically {'on ' + part if part else 'at full size'}")
-    return check_with_data(tgt, prog.name, graph, cand, sizes, dtype, lowerer, data, rows,
-                           columns=columns), (rows, columns)
+    return check_with_data(tgt, prog.name, graph, cand, sizes, dtype, lowerer, data, rows, columns=columns,
+                           original=None if graph == prog.graph else prog.graph), (rows, columns)
 
 
 def _report(r: OptimizeResult, cand: Candidate, counts: Counts) -> str:

@@ -259,3 +259,27 @@ def test_a_check_on_columns_alone_runs_the_kernel_as_partial():
     result = check(TRN2, "matmul", MATMUL.graph, cand, sizes, "bfloat16", Lowerer(TRN2), data, None, columns=cols)
     assert result.ok, result.explain()
     assert result.tolerance["elements"] == 256 * cols.checked
+
+
+def test_a_kernel_of_a_wrong_variant_fails_against_the_program_as_written():
+    """Defense in depth behind the prover: a kernel of a variant that differs from the program
+    (a wrong rewrite, here where(x > 0, sqrt(x), -1) taken for sqrt(where(x > 0, x, -1))) passes
+    against its own reference, NaN for NaN, and fails against the program as written."""
+    import axon
+
+    @axon.program(x=("m", "k"), w=("k", "n"))
+    def written(x, w):
+        return axon.where(x > 0, axon.sqrt(x), -1.0) @ w
+
+    @axon.program(x=("m", "k"), w=("k", "n"))
+    def wrong(x, w):
+        return axon.sqrt(axon.where(x > 0, x, -1.0)) @ w
+
+    sizes = {"m": 128, "k": 128, "n": 128}
+    cand = direct_lowering("wrong", wrong.graph, sizes, TRN2, "float32", Lowerer(TRN2))
+    data = written.random_inputs(sizes, "float32", seed=2)
+    alone = check(TRN2, "wrong", wrong.graph, cand, sizes, "float32", Lowerer(TRN2), data, None)
+    assert alone.ok  # its own NaN reference, matched NaN for NaN
+    against = check(TRN2, "wrong", wrong.graph, cand, sizes, "float32", Lowerer(TRN2), data, None,
+                    original=written.graph)
+    assert not against.ok and "differs from the program as written" in against.explain()
