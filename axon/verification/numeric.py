@@ -181,6 +181,37 @@ def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[d
     return None
 
 
+# Draws at the edges of the operators' domains: exact zeros (a divisor, a sqrt or log argument at
+# 0) among negatives, and small integers (sums of them vanish too)
+EDGE_DRAWS = (lambda rng, shape: np.where(rng.random(shape) < 0.3, 0.0, rng.standard_normal(shape)),
+              lambda rng, shape: rng.integers(-2, 3, shape).astype(np.float64))
+
+
+def domain_difference(a: Graph, b: Graph, trials: int, seed: int) -> Optional[dict]:
+    """Inputs at small sizes where one program is finite and the other is not, or None: the two
+    are defined on different inputs, which a proof that assumes every divisor non-zero and every
+    sqrt or log argument in range cannot see (where(m, c / d, 0) is 0 where m is 0 and d is 0;
+    where(m, c, 0) / d is NaN there). Operands at the edges of the domains (EDGE_DRAWS); an input
+    a `where` reads as its condition from {0, 1}, so both branches are taken."""
+    nodes = toposort(a.outputs + b.outputs)
+    inputs = {n.params.name: n for n in nodes if n.op is Op.INPUT}
+    conditions = {n.inputs[0] for n in nodes if n.op is Op.WHERE}
+    rng = np.random.default_rng(seed)
+    found = bindings(node_dims(nodes), nodes, a.constraints | b.constraints, trials, rng)
+    for binding, draw in itertools.product(found, EDGE_DRAWS):
+        arrays = {name: (rng.integers(0, 2, bind_shape(n.shape, binding)).astype(np.float64) if n in conditions
+                         else draw(rng, bind_shape(n.shape, binding))) for name, n in inputs.items()}
+        outs_a = evaluate(Graph(tuple(inputs.values()), a.outputs, a.constraints), arrays, binding)
+        outs_b = evaluate(Graph(tuple(inputs.values()), b.outputs, b.constraints), arrays, binding)
+        for k, (out_a, out_b) in enumerate(zip(outs_a, outs_b)):
+            one_sided = np.isfinite(out_a) != np.isfinite(out_b)
+            if np.shape(out_a) == np.shape(out_b) and one_sided.any():
+                index = tuple(int(i) for i in np.argwhere(one_sided)[0])
+                return {"sizes": dict(binding), "output": k, "index": index,
+                        "a": float(np.asarray(out_a)[index]), "b": float(np.asarray(out_b)[index])}
+    return None
+
+
 # --- sizes at which a program's divisors vanish --------------------------------------------
 def grid(dims: Sequence[str], nodes: Sequence[Node], constraints) -> list[dict[str, int]]:
     """Every valid binding of the dimensions to the smallest sizes (GRID; 1..3 past two dimensions)."""

@@ -79,3 +79,38 @@ def test_the_numeric_screen_takes_both_branches_of_a_where_and_sees_a_domain_cha
     assert got.verdict == "differ" and "finite on one side only" in got.detail
     same = compare(rsqrt_of.graph.outputs[0], one_over_sqrt.graph.outputs[0], {"r": 3, "c": 4})
     assert same.verdict == "agree"
+
+
+@axon.program(m=("r", "c"), c=("r", "c"), d=("r", "c"))
+def guard_then_divide(m, c, d):
+    return axon.where(m, c, 0.0) / d
+
+
+@axon.program(c=("r", "c"))
+def sum_of_c_over_c(c):
+    return (c / c).sum(axis=1)
+
+
+@axon.program(c=("r", "c"))
+def sum_of_ones(c):
+    return (c * 0 + 1).sum(axis=1)
+
+
+@axon.program(s=("r", 1), n=("r", 1))
+def safe_mean(s, n):
+    return axon.where(n > 0, s / n, 0.0)
+
+
+@axon.program(s=("r", 1), n=("r", 1))
+def guarded_numerator(s, n):
+    return axon.where(n > 0, s, 0.0) / n
+
+
+@pytest.mark.parametrize("f, g", [(guarded_quotient, guard_then_divide), (guard_then_divide, guarded_quotient),
+                                  (sum_of_c_over_c, sum_of_ones), (safe_mean, guarded_numerator)])
+def test_an_assumption_both_sides_record_but_one_side_guards_is_no_rewrite(f, g):
+    """Both sides assume d != 0 (the solver records a divisor under a where's branch, or inside a
+    sum, as if unguarded), yet where m and d are 0 the first is 0 and the second NaN; a helper's
+    masked mean optimized to NaN on its fully masked rows through the last pair."""
+    v = as_rewrite(f, g)
+    assert v.status is Status.UNKNOWN and "undefined where the other is not" in v.reason
