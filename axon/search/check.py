@@ -19,11 +19,12 @@ full size (rows_window). Every pass's row tile divides the row count
 lie inside every checked row.
 
 When even the fewest row blocks cost more than the budget (a Llama-70B weight: 512 rows of
-8192 x 28672 are 1.2e11 multiply-adds), a kernel of one pass whose last phase is the matmul that
-makes the outputs' columns also runs only some of its column blocks, picked the same way. Columns
-are independent where every operator keeps the column index apart (axon.semantics.batch: the
-outputs' last axis as a batch axis; no reduction, contraction or position reads across it), so
-the reference is the program on the inputs' same columns.
+8192 x 28672 are 1.2e11 multiply-adds), the matmuls that make the outputs' columns also run only
+some of their column blocks, picked the same way; the kernel's other passes and phases run whole,
+reading the skipped columns unwritten (the simulator's partial mode), which reach only the
+skipped outputs. Columns are independent where every operator keeps the column index apart
+(axon.semantics.batch: the outputs' last axis as a batch axis; no reduction, contraction or
+position reads across it), so the reference is the program on the inputs' same columns.
 
 Invariant: shared stage; the target is reached through `target.run` (select.check_candidate).
 """
@@ -110,23 +111,29 @@ def plan_rows(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: flo
 def plan_columns(graph: Graph, cand: Candidate, sizes: Mapping[str, int], macs: float,
                  budget: float, work: Optional[float] = None) -> Optional[CheckedRows]:
     """None when `macs` (what the checked rows cost) fits the budget, or when the candidate's
-    columns cannot be checked in part; else the column blocks of its output matmul to check, spread
-    as plan_rows spreads rows over `work` (default `macs`)."""
-    if macs <= budget or cand.options.packed > 1 or cand.options.fold or len(cand.passes) != 1:
+    columns cannot be checked in part; else the column blocks of the matmuls that make the outputs'
+    columns to check (a multiple of each one's block), spread as plan_rows spreads rows over `work`
+    (default `macs`). Those matmuls skip the other blocks; a row phase still reads whole rows, the
+    skipped columns unwritten (the simulator's partial mode), which reach only skipped outputs."""
+    if macs <= budget or cand.options.packed > 1 or cand.options.fold:
         return None
     dim = _column_symbol(graph)
     if dim is None:
         return None
-    p = cand.passes[0]
-    phs = phases(RowWorld.of(graph), p.group)
-    last = phs[-1]
-    carries = lambda n: dim in getattr(n.shape[-1], "symbols", ()) if n.shape else False
-    if last.kind != "matmul" or any(carries(n) for ph in phs[:-1] for n in ph.nodes):
-        return None  # an earlier phase would need columns the kernel skips
-    if not all(mm.shape[-1].as_symbol() == dim for mm in last.matmuls):
-        return None
     n_cols = sizes[dim]
-    block = p.tiling.n_block_for(n_cols)
+    blocks = []
+    for p in cand.passes:
+        if p.tiling.kv_chunk:  # an online walk restricts no columns
+            return None
+        for ph in phases(RowWorld.of(graph), p.group):
+            makes = [mm.shape[-1].as_symbol() == dim for mm in ph.matmuls]
+            if any(makes) and not all(makes):
+                return None
+            if any(makes):
+                blocks.append(p.tiling.n_block_for(n_cols))
+    if not blocks:
+        return None
+    block = math.lcm(*blocks)
     ranges = _spread_blocks(n_cols // block, (macs if work is None else work) * block / n_cols, budget, block)
     return None if ranges is None else CheckedRows(dim, n_cols, block, ranges, "columns")
 

@@ -283,3 +283,30 @@ def test_a_kernel_of_a_wrong_variant_fails_against_the_program_as_written():
     against = check(TRN2, "wrong", wrong.graph, cand, sizes, "float32", Lowerer(TRN2), data, None,
                     original=written.graph)
     assert not against.ok and "differs from the program as written" in against.explain()
+
+
+def test_a_kernel_of_several_passes_checks_the_column_blocks_of_its_matmuls():
+    """gated_projection unfused: two matmul passes restricted to the checked column blocks, the
+    silu and mul passes over whole rows, reading the skipped columns unwritten (partial mode)."""
+    b = SUITE["gated_projection"].program
+    sizes = {"m": 256, "k": 4096, "n": 4096}  # weights in column blocks of 1024
+    lowerer = Lowerer(TRN2)
+    cands = enumerate_candidates("gp", [(b.graph, ())], sizes, TRN2, "bfloat16", lowerer, Counts())
+    cand = next(c for c in cands if len(c.passes) == 4 and c.passes[0].tiling.n_block_for(4096) < 2048)
+    macs = matmul_macs(b.graph, sizes)
+    cols = plan_columns(b.graph, cand, sizes, macs, budget=1.0)
+    assert cols is not None and cols.ranges[0][0] == 0 and cols.ranges[-1][1] == 4096
+    data = b.random_inputs(sizes, "bfloat16", seed=4)
+    result = check(TRN2, "gp", b.graph, cand, sizes, "bfloat16", lowerer, data, None, columns=cols)
+    assert result.ok, result.explain()
+    from axon.search.candidates import emit, packed_world
+
+    world, _, _ = packed_world(b.graph, 1, sizes)
+    src = emit("gp", TRN2, world, cand, sizes, "bfloat16", lowerer, columns=("n", cols.ranges))
+    part = np.asarray(TRN2.run(src, data, timing_only=False, partial=True).outputs[0], np.float32)
+    full = np.asarray(TRN2.run(cand.source, data, timing_only=False).outputs[0], np.float32)
+    inside = np.zeros(4096, bool)
+    for s, e in cols.ranges:
+        inside[s:e] = True
+    assert np.array_equal(part[:, inside], full[:, inside]) and np.isnan(part[:, ~inside]).all()
+    assert result.tolerance["elements"] == 256 * cols.checked

@@ -304,7 +304,9 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
              strict_capacity: bool = False, strict_api: bool = False,
              sampling: LoopSampling | None = None) -> SimResult:
     """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value);
-    `partial` as in `_to_output`. `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
+    `partial` as in `_to_output`, and reads and stores of never-written data are no error (a
+    check's kernel on part of its blocks: that data reaches only outputs it does not compare,
+    as NaN, and NaN where it does). `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
     each runs in turn with its own `nl.program_id` (switching at `nisa.core_barrier`, spmd.py),
     all sharing the HBM tensors they allocate
     (the trace holds every instance's instructions, on one NeuronCore).
@@ -326,7 +328,7 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     if extra:
         raise InputError(f"kernel {kernel.name} has no parameter(s): {', '.join(extra)}")
     ctx = SimContext(hw, kernel.path, timing_only, max_instructions)
-    ctx.grid, ctx.strict_api = grid, strict_api
+    ctx.grid, ctx.strict_api, ctx.partial = grid, strict_api, partial
     if sampling is not None:
         if not timing_only:
             raise ValueError("loop sampling is for timing-only runs: a sampled run computes no outputs")

@@ -38,6 +38,9 @@ class SimContext:
         self.holds_earlier_data: set[int] = set()  # buffers placed over an earlier one's data
         self.masked_off = False  # the running instruction's mask is off everywhere: it reads nothing
         self.strict_api = False  # current-API calls held to the documented API (nki_api.py)
+        # a check's kernel on some row or column blocks: what it skips is never written, and a
+        # pass that reads whole rows reads it; unwritten data flows to NaN outputs, not an error
+        self.partial = False
         self.sampling = None  # sampling.LoopSampling: timing-only runs that cut long loops short
 
     # ----- ids and lines -----------------------------------------------------------------
