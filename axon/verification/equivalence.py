@@ -32,7 +32,7 @@ from axon.ir import Graph, Node, rename, toposort
 from axon.semantics.ops import Op
 from axon.semantics.sizes import Size, bind_shape, format_shape
 from axon.verification import numeric
-from axon.verification.claim import Claim, narrowing, positivity, simplify
+from axon.verification.claim import ASSUMPTION_TEXT, Claim, narrowing, positivity, simplify
 from axon.verification.smt import Outcome, Query, solve
 from axon.verification.symbolic import Encoder, SymbolicAlgebra, output_index, size_poly
 from axon.verification import terms as T
@@ -82,8 +82,6 @@ class VerifierStats:
     solver_time_s: float = 0.0
 
 
-ONE_SIDED = {"!=": "a divisor assumed non-zero", ">=": "a sqrt argument assumed >= 0",
-             ">": "a log argument assumed > 0"}
 QUERY_CHARS = 240  # a deciding query is shown abbreviated to this many characters
 CONFIRM_TRIALS = 16  # size bindings the refuter tries again before a solver model is left unconfirmed
 
@@ -169,7 +167,7 @@ class Verifier:
                 query = Query(fact.term, premises, bounds, positive, facts, claim=fact.relation)
                 if self._solve(query)[0].result != "unsat":
                     term = _abbreviate(f"{fact.term.key} {fact.relation} 0")
-                    return f"{ONE_SIDED[fact.relation]} ({term})"
+                    return f"{ASSUMPTION_TEXT[fact.relation]} ({term})"
         return ""
 
     # -- the check order ---------------------------------------------------------------------
