@@ -95,7 +95,9 @@ class TrainiumTarget:
         # Axon's own kernel: more live SBUF/PSUM than the target has is a defect, not a spill, a
         # call outside the documented NKI API is an error (nki_api.py), and a computation it
         # repeats costs its time again (no credit for the compiler removing it)
-        strict = dict(partial=partial, strict_capacity=True, strict_api=True)
+        # a check's kernel on part of its blocks may read what it skipped (a row pass reads whole
+        # rows): NaN there, not an error
+        strict = dict(partial=partial, strict_capacity=True, strict_api=True, reads_unwritten=partial)
         kernel = load_source(source)
         if sampled and timing_only:
             s = sampled_latency(kernel, args, self.hw, serve_repeats=False, stop_above_ns=stop_above_ns, **strict)

@@ -302,11 +302,11 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
              timing_only: bool = False, max_instructions: int = 5_000_000,
              time_limit_s: float | None = None, partial: bool = False, grid: tuple | None = None,
              strict_capacity: bool = False, strict_api: bool = False,
-             sampling: LoopSampling | None = None) -> SimResult:
+             sampling: LoopSampling | None = None, reads_unwritten: bool = False) -> SimResult:
     """Run `kernel` on `inputs` (parameter name -> array, ShapeDtype, or Python value);
-    `partial` as in `_to_output`, and reads and stores of never-written data are no error (a
-    check's kernel on part of its blocks: that data reaches only outputs it does not compare,
-    as NaN, and NaN where it does). `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
+    `partial` as in `_to_output`. `reads_unwritten`: reads and stores of never-written data are
+    no error (Axon's check kernel on part of its blocks: that data reaches only outputs the check
+    does not compare, as NaN, and NaN where it does). `grid` (e.g. (2, 4)) launches the kernel as SPMD instances:
     each runs in turn with its own `nl.program_id` (switching at `nisa.core_barrier`, spmd.py),
     all sharing the HBM tensors they allocate
     (the trace holds every instance's instructions, on one NeuronCore).
@@ -328,7 +328,7 @@ def simulate(kernel: Kernel, inputs: dict, target: str | HardwareDescription = "
     if extra:
         raise InputError(f"kernel {kernel.name} has no parameter(s): {', '.join(extra)}")
     ctx = SimContext(hw, kernel.path, timing_only, max_instructions)
-    ctx.grid, ctx.strict_api, ctx.partial = grid, strict_api, partial
+    ctx.grid, ctx.strict_api, ctx.reads_unwritten = grid, strict_api, reads_unwritten
     if sampling is not None:
         if not timing_only:
             raise ValueError("loop sampling is for timing-only runs: a sampled run computes no outputs")

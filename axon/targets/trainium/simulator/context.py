@@ -40,7 +40,7 @@ class SimContext:
         self.strict_api = False  # current-API calls held to the documented API (nki_api.py)
         # a check's kernel on some row or column blocks: what it skips is never written, and a
         # pass that reads whole rows reads it; unwritten data flows to NaN outputs, not an error
-        self.partial = False
+        self.reads_unwritten = False
         self.sampling = None  # sampling.LoopSampling: timing-only runs that cut long loops short
 
     # ----- ids and lines -----------------------------------------------------------------

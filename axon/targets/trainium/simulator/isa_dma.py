@@ -55,7 +55,7 @@ def dma(ctx, dst, src, opcode="dma_copy", api="nisa.dma_copy", mask=None, transp
                               f"of shape {src.buf.data.shape} (mask those elements off)")
     check_init(src, opcode, "src", m if src.shape == dst.shape else None)
     ini = src.initialised()
-    if dst.buf.memory is HBM and ini is not None and not ctx.partial:
+    if dst.buf.memory is HBM and ini is not None and not ctx.reads_unwritten:
         sel = ini if m is None or ini.shape != m.shape else (ini | ~m)
         if not sel.all():
             raise KernelError(f"{api} stores uninitialised data to HBM "

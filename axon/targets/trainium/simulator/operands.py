@@ -91,7 +91,7 @@ def check_layout(ctx, t: Tile, opcode: str, what: str):
 def check_init(t: Tile, opcode: str, what: str, mask=None):
     if t.buf.ctx.masked_off or (mask is not None and not mask.any()):
         return  # masked off everywhere: the instruction reads nothing
-    if t.buf.ctx.partial:
+    if t.buf.ctx.reads_unwritten:
         return  # a check's kernel on part of its blocks: unwritten data flows on as NaN
     if t.buf.id in t.buf.ctx.holds_earlier_data:
         return  # explicitly placed over an earlier tensor: its data is there (language.Placement)
