@@ -21,6 +21,10 @@ class Node:
     params: Params
     shape: Shape
     _hash: int = field(init=False, repr=False, compare=False)
+    # a node found structurally equal to this one (union-find: `_representative`): equal terms built
+    # apart are compared in full once, then by identity; without it a comparison of two DAGs with
+    # shared subterms walks each path to them, exponentially many
+    _same: "Node | None" = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash((self.op, self.params, self.shape, self.inputs)))
@@ -31,8 +35,27 @@ class Node:
     def __eq__(self, other) -> bool:
         if self is other:
             return True
-        return (isinstance(other, Node) and self._hash == other._hash and self.op is other.op
-                and self.params == other.params and self.shape == other.shape and self.inputs == other.inputs)
+        if not isinstance(other, Node) or self._hash != other._hash:
+            return False
+        a, b = self._representative(), other._representative()
+        if a is b:
+            return True
+        if a.op is b.op and a.params == b.params and a.shape == b.shape and a.inputs == b.inputs:
+            object.__setattr__(b, "_same", a)
+            return True
+        return False
+
+    def __getstate__(self) -> dict:
+        # a pickled node carries its own term only (the class default stands for `_same`)
+        return {k: v for k, v in self.__dict__.items() if k != "_same"}
+
+    def _representative(self) -> "Node":
+        node = self
+        while node._same is not None:
+            node = node._same
+        if node is not self and self._same is not node:
+            object.__setattr__(self, "_same", node)  # path compression
+        return node
 
     @property
     def rank(self) -> int:
