@@ -43,8 +43,9 @@ DEFAULT_BUDGET_S = 45.0  # ranking work, in seconds of a 2-core machine (select.
 MAX_CHECKS = 3
 MORE_VARIANTS = 64  # how far past the first variants to look when none of them has a kernel
 MODEL_SHORTLIST = 32  # candidates the performance model ranks, after the static traffic estimate
-# ...and past the shortlist, while ranking has taken less than this: the static estimate counts
-# traffic only, so engine balance and lowering alternatives are the model's to judge where it is cheap
+# ...and past the shortlist, while ranking has taken less than this (or the budget, if smaller: the
+# budget bounds all ranking): the static estimate counts traffic only, so engine balance and
+# lowering alternatives are the model's to judge where it is cheap
 EXTRA_RANK_S = 20.0
 # numerics with data cost ~0.1 s per 1e10 multiply-adds in the NumPy simulator (gated_mlp at
 # llama3_8b, 3.6e11, checks in ~35 s idle and past the simulator's 120 s limit on a loaded
@@ -324,11 +325,12 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     executor = executor or make_executor()
     ranked = rank(tgt, shortlist, shapes, cache, budget_s, progress=say, executor=executor)
     spent = sum(t.work for _, t in ranked) / WORK_PER_S  # in budget seconds: the same on any machine
-    if spent < EXTRA_RANK_S:  # cheap to simulate: the model ranks past the static shortlist
-        say(f"ranking more candidates while it stays cheap (up to {EXTRA_RANK_S - spent:.0f} budget seconds)")
+    extra_s = min(EXTRA_RANK_S, budget_s) - spent
+    if extra_s > 0:  # cheap to simulate: the model ranks past the static shortlist
+        say(f"ranking more candidates while it stays cheap (up to {extra_s:.0f} budget seconds)")
         rest = (c for taken in iter(lambda: order.take(1), []) for c in taken if c.key != baseline.key)
         best = min((t.latency_ns for _, t in ranked if not t.pruned and not t.error), default=math.inf)
-        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, EXTRA_RANK_S - spent, executor=executor, best_ns=best),
+        ranked = sorted(ranked + rank(tgt, rest, shapes, cache, extra_s, executor=executor, best_ns=best),
                         key=lambda ct: (ct[1].pruned, ct[1].latency_ns))
     # what emission cost, as of the last candidate ranking took: not what timing runs started
     # ahead of it pulled (more with more workers), so the report is the same for any executor

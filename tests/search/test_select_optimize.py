@@ -145,6 +145,29 @@ def test_kernels_are_timed_once(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "rmsnorm_matmul_trn2.trace.json").read_text())
 
 
+def test_the_budget_bounds_all_ranking_work(monkeypatch):
+    """A budget smaller than the extra ranking's is the whole of it: the ranking past the shortlist
+    stays inside what the user gave (it used to add up to 20 budget seconds of its own)."""
+    import sys
+
+    from axon.search.select import WORK_PER_S
+
+    opt = sys.modules["axon.search.optimize"]  # the module (the package exports its function by that name)
+
+    spent, real = [], opt.rank
+
+    def counted(*args, **kw):
+        ranked = real(*args, **kw)
+        spent.append(sum(t.work for _, t in ranked) / WORK_PER_S)
+        return ranked
+
+    monkeypatch.setattr(opt, "rank", counted)
+    budget = 0.5
+    optimize("softmax", "quick", budget_s=budget, cache=ResultCache(None), algebra=False)
+    longest = 0.2  # one quick softmax run, in budget seconds: a run that starts inside the budget finishes
+    assert spent and sum(spent) <= budget + longest, spent
+
+
 def test_timing_uses_shapes_and_random_inputs_keep_the_dtype():
     prog = axon.benchmark("rmsnorm_matmul")
     shapes = prog.input_shapes({"m": 128, "k": 256, "n": 512}, "bfloat16")
