@@ -34,10 +34,10 @@ def test_timings_and_winners_round_trip(tmp_path):
 @pytest.mark.slow
 def test_a_stored_case_returns_the_same_kernel_without_searching(tmp_path, monkeypatch):
     monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
-    first = axon.optimize("rmsnorm_matmul", "small", out_dir=tmp_path / "a")
+    first = axon.optimize("rmsnorm_matmul", "small", budget_s=5.0, out_dir=tmp_path / "a")
     t = time.perf_counter()
     said = []
-    again = axon.optimize("rmsnorm_matmul", "small", out_dir=tmp_path / "b", progress=said.append)
+    again = axon.optimize("rmsnorm_matmul", "small", budget_s=5.0, out_dir=tmp_path / "b", progress=said.append)
     assert time.perf_counter() - t < 1.0 and any("stored result" in s for s in said)
     assert again.kernel_source == first.kernel_source and again.latency_ns == first.latency_ns
     assert again.checked == json.loads(json.dumps(first.checked)) and again.rewrites == first.rewrites
@@ -152,7 +152,7 @@ def test_selection_does_not_depend_on_the_clock_or_the_cache(tmp_path, monkeypat
     from axon.search.select import ResultCache
 
     opt = importlib.import_module("axon.search.optimize")  # the module (axon.search exports the function)
-    first = opt.optimize("rmsnorm_matmul", "small", cache=ResultCache(tmp_path / "a"))
+    first = opt.optimize("rmsnorm_matmul", "small", budget_s=5.0, cache=ResultCache(tmp_path / "a"))
     # ranking on a machine a thousand times slower (each clock reading 1000 s after the last)...
     real_rank, real_clock, ticks = opt.rank, time.perf_counter, itertools.count(0, 1000.0)
 
@@ -164,7 +164,7 @@ def test_selection_does_not_depend_on_the_clock_or_the_cache(tmp_path, monkeypat
             monkeypatch.setattr(time, "perf_counter", real_clock)
 
     monkeypatch.setattr(opt, "rank", slow_rank)
-    slow = opt.optimize("rmsnorm_matmul", "small", cache=ResultCache(tmp_path / "b"))
+    slow = opt.optimize("rmsnorm_matmul", "small", budget_s=5.0, cache=ResultCache(tmp_path / "b"))
     monkeypatch.setattr(opt, "rank", real_rank)
     assert slow.kernel_source == first.kernel_source
     assert slow.candidates["evaluated"] == first.candidates["evaluated"]
@@ -173,5 +173,5 @@ def test_selection_does_not_depend_on_the_clock_or_the_cache(tmp_path, monkeypat
     with db:
         db.execute("DELETE FROM winners")
     db.close()
-    warm = opt.optimize("rmsnorm_matmul", "small", cache=ResultCache(tmp_path / "a"))
+    warm = opt.optimize("rmsnorm_matmul", "small", budget_s=5.0, cache=ResultCache(tmp_path / "a"))
     assert warm.kernel_source == first.kernel_source and warm.candidates == first.candidates
