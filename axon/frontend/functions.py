@@ -73,7 +73,7 @@ def concatenate(tensors, axis: int = 0):
     if not tensors or not all(isinstance(t, Tensor) for t in tensors):
         raise UnsupportedError(f"{_user_location()}axon.concatenate takes a non-empty list of traced tensors")
     first = tensors[0]
-    (a,) = first._axes(axis)
+    (a,) = first._one_axis(axis, "axon.concatenate")
     out = first
     for t in tensors[1:]:
         out = first.trace.apply(Op.CONCAT, [out, first._lift(t)], ConcatParams(a), what="concatenate")

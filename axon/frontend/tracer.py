@@ -200,9 +200,16 @@ class Tensor:
             count = count * self.shape[a]
         return self.sum(axis, keepdims) / count
 
-    def cumsum(self, axis: int = -1) -> "Tensor":
-        (a,) = self._axes(axis)
+    def cumsum(self, axis=None) -> "Tensor":
+        (a,) = self._one_axis(axis, "cumsum")
         return self.trace.apply(Op.CUMSUM, [self], AxisParams(a))
+
+    def _one_axis(self, axis, what: str) -> list[int]:
+        """[axis], checked; axis None is NumPy's flattened tensor: axis 0 of a vector, else refused."""
+        if axis is None and self.ndim != 1:
+            raise UnsupportedError(f"{_user_location()}{what} without an axis runs over the flattened tensor in NumPy; "
+                                   f"{self.describe()} has {self.ndim} axes: give axis=")
+        return self._axes(0 if axis is None else axis)
 
     # -- layout ---------------------------------------------------------------------------
     def transpose(self, *axes) -> "Tensor":

@@ -235,7 +235,7 @@ class Verifier:
         return Verdict(Status.UNKNOWN, f"{why}, but no small sizes were found where they differ")
 
     def _prove(self, a: Graph, b: Graph, claim: Claim) -> Verdict:
-        alg = SymbolicAlgebra()
+        assumptions: dict = {}  # every output's, for the claim
         nodes = toposort(a.outputs + b.outputs)
         positive = tuple({p.key: p for n in nodes for p in map(size_poly, n.shape) if not p.is_const}.values())
         facts = tuple(sorted(((size_poly(f.size), f.divisor, f.minimum) for f in claim.facts),
@@ -243,7 +243,10 @@ class Verifier:
         spent, all_cached = 0.0, True
         for k, (oa, ob) in enumerate(zip(a.outputs, b.outputs)):
             index = output_index(oa.rank)
-            try:  # one encoder per output: its terms are simplified within this output's index ranges
+            # one algebra and encoder per output: its terms are simplified within this output's index
+            # ranges, and its assumptions are about this output's index (i0, i1, ...), no other's
+            alg = SymbolicAlgebra()
+            try:
                 enc = Encoder(alg)
                 whole = (p * T.Poly.const(Fraction(1, d)) for p, d, _ in facts if d > 1)
                 with T.ranged(zip(index, map(size_poly, oa.shape))), T.integers(whole):
@@ -251,7 +254,8 @@ class Verifier:
             except (Undefined, TooLarge, UnsupportedError, RecursionError) as err:
                 return Verdict(Status.UNKNOWN, f"output {k} could not be encoded symbolically: {err}",
                                solver_time_s=spent)
-            ground = tuple(sorted(((f.relation, f.term) for f in alg.assumptions.values() if f.ground),
+            assumptions.update(alg.assumptions)
+            ground = tuple(sorted(((f.relation, f.term) for f in alg.assumptions.values() if _premise(f)),
                                   key=lambda t: (t[0], t[1].key)))
             bounds = tuple(zip(index, map(size_poly, oa.shape)))
             query = Query(difference, ground, bounds, positive, facts)
@@ -264,7 +268,7 @@ class Verifier:
             if outcome.result != "unsat":
                 return Verdict(Status.UNKNOWN, f"not proved: {outcome.reason}", solver_time_s=spent, query=label,
                                cached=cached)
-        stated = self._stated(alg.assumptions.values(), positive, facts, max((o.rank for o in a.outputs), default=0))
+        stated = self._stated(assumptions.values(), positive, facts, max((o.rank for o in a.outputs), default=0))
         claim = replace(claim, assumptions=tuple(sorted(stated)))
         return Verdict(Status.PROVED, claim.describe(), solver_time_s=spent, cached=all_cached, claim=claim)
 
@@ -364,6 +368,14 @@ def align(a: Graph, b: Graph) -> Graph:
 
 def _sizes(binding: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in binding.items()) or "no dimensions"
+
+
+def _premise(fact) -> bool:
+    """Whether a domain assumption is given to the solver as a premise: a ground one (no fold
+    binders) that reads data, or is about sizes alone. One about positions alone (an index and
+    sizes, e.g. the log of arange(k) + 1 - n in a concatenation's right part, built for every
+    position) would restrict which positions the proof covers: the left part's would go unchecked."""
+    return fact.ground and (T.reads_data(fact.term) or not fact.term.free)
 
 
 def _output_extents(rank: int):

@@ -9,7 +9,7 @@ sqrt/tanh uninterpreted functions Real -> Real, max/min if-then-else, and each d
 fold one fresh real constant (sound: a fold's value is some real, and equal folds already share one
 key). Lemmas that remain for the solver are ground instances at the terms in play (`exp_pos`,
 `exp_add` for pairs of exp atoms whose arguments add up to 0 or to a third one's,
-`sqrt_nonneg`, `sqrt_square`, `nonzero_divisor`).
+`sqrt_nonneg`, `sqrt_square`, `nonzero_divisor` for divisors that read data or are sizes alone).
 
 Each call gets its own z3 Context with a fixed timeout and random seed: contexts share nothing, so
 results do not depend on earlier queries, and `unknown` or a timeout is reported, never guessed.
@@ -30,7 +30,7 @@ from typing import Optional
 import z3
 
 from axon.errors import UnsupportedError
-from axon.verification.terms import COMPARISONS, Atom, Fn, Fold, Group, Poly, Read, Var
+from axon.verification.terms import COMPARISONS, Atom, Fn, Fold, Group, Poly, Read, Var, reads_data
 
 # z3's nonlinear arithmetic can run far past its own timeout, rlimit and interrupt (measured: a 2 s
 # query stuck 21 s inside one non-cancellable step, depending on the seed), so each query runs in a
@@ -91,7 +91,8 @@ class _Translation:
                 for _ in range(abs(e) - 1):
                     power = power * base
                 if e < 0:
-                    self.lemmas.append(base != 0)  # nonzero_divisor: an atom under a negative power divides
+                    if not _positional(a):  # nonzero_divisor: an atom under a negative power divides
+                        self.lemmas.append(base != 0)
                     power = 1 / power
                 term = power if term is None else term * power
             total = term if total is None else total + term
@@ -164,6 +165,14 @@ class _Translation:
                 self.lemmas.append(z3.Implies(arg >= 0, z3.And(value >= 0, value * value == arg)))
         self.atoms[a] = value
         return value
+
+
+def _positional(a: Atom) -> bool:
+    """Whether `a` is made of output indices and sizes alone. Such a divisor (1 / (arange(k) + 1 - n)
+    in a concatenation's right part, built for every position) is zero at positions where its part
+    is not taken; a lemma that it is non-zero would leave those positions out of the proof."""
+    p = Poly.atom(a)
+    return bool(p.free) and not reads_data(p)
 
 
 def _exp_add(tr: _Translation) -> list[z3.BoolRef]:

@@ -273,6 +273,20 @@ def inverse(p: Poly) -> Poly:
 
 
 # --- functions -------------------------------------------------------------------------------
+def reads_data(p: Poly) -> bool:
+    """Whether a tensor element occurs anywhere in `p` (else it is made of sizes and indices alone)."""
+    for atom in p.atoms():
+        if isinstance(atom, Read):
+            return True
+        if isinstance(atom, Fn) and any(reads_data(a) for a in atom.args):
+            return True
+        if isinstance(atom, Group) and reads_data(atom.poly):
+            return True
+        if isinstance(atom, Fold) and (reads_data(atom.extent) or reads_data(atom.body)):
+            return True
+    return False
+
+
 def var(name: str, kind: str) -> Poly:
     return Poly.atom(Var(name, kind))
 
