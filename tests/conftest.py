@@ -31,12 +31,6 @@ def _simulate_all(name, sizes, target, modes=FUSION_MODES):
     return cands, errors
 
 
-def pytest_collection_modifyitems(items):
-    """The slow tests first (stable otherwise): with -n 2, a long test handed out last keeps one
-    worker busy while the other has nothing left; longest first balances the two."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture
 def simulate_all():
     return _simulate_all

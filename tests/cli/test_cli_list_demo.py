@@ -3,8 +3,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 
 def axon(*args):
     return subprocess.run([sys.executable, "-m", "axon", *args], capture_output=True, text=True, timeout=120)
@@ -30,7 +28,6 @@ def test_list_table():
     assert "rmsnorm_matmul(x(m, k), w(k, n)) -> (m, n)" in result.stdout
 
 
-@pytest.mark.slow
 def test_demo_runs_the_pipeline_on_the_default_example(tmp_path):
     result = axon("demo", "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr

@@ -174,7 +174,6 @@ def scaled_by_a_computed_vector(x, g):
     return x / (g * g + 1.0)
 
 
-@pytest.mark.slow
 def test_a_reduction_made_a_column_again_is_the_column():
     """x.mean(-1)[:, None] is the keepdims mean: the kernel keeps the column (was 'operator sum
     with shape (m) has no row axis m'); a vector computed from vector inputs alone is one line

@@ -31,7 +31,6 @@ def test_timings_and_winners_round_trip(tmp_path):
     assert not db.path.exists() and KernelDB(tmp_path).counts() == {"timings": 0, "winners": 0}
 
 
-@pytest.mark.slow
 def test_a_stored_case_returns_the_same_kernel_without_searching(tmp_path, monkeypatch):
     monkeypatch.setenv("AXON_CACHE_DIR", str(tmp_path / "cache"))
     first = axon.optimize("rmsnorm_matmul", "small", budget_s=5.0, out_dir=tmp_path / "a")
@@ -143,7 +142,6 @@ def test_an_unreadable_database_is_one_clear_error(tmp_path):
         KernelDB(tmp_path).get("x")
 
 
-@pytest.mark.slow
 def test_selection_does_not_depend_on_the_clock_or_the_cache(tmp_path, monkeypatch):
     import itertools
 

@@ -97,7 +97,6 @@ def test_optimize_reports_the_instruction_level(tmp_path, monkeypatch):
     assert "activation_reduce" in r.kernel_source and "instructions:" in r.report
 
 
-@pytest.mark.slow
 def test_rmsnorm_candidates_carry_lowering_alternatives():
     """The fused program is not the only lowering: an alternative leaving a fusion undone (its two
     instructions may spread over engines) joins the candidates, for the performance model to rank."""

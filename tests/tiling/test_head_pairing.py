@@ -2,7 +2,6 @@
 and head dim fill half the partitions walks both heads' keys at once, with q^T block-diagonal.
 The identity it rests on is proved by the verifier; the kernels match the reference."""
 import numpy as np
-import pytest
 
 from axon.frontend import program
 from axon.fusion.nodes import RowWorld, groups
@@ -61,7 +60,6 @@ def test_a_branch_on_an_outer_index_inside_a_fold_is_decided_by_its_range():
     assert Verifier().check_programs(second.graph, top.graph).status is Status.REFUTED
 
 
-@pytest.mark.slow
 def test_decode_at_head_dim_64_pairs_its_kv_heads_and_the_kernels_match():
     sizes = {"kv": 4, "g": 4, "s": 8, "t": 2048, "d": 64}  # 32 rows per kv head, two pairs
     b, lowerer = SUITE["gqa"], Lowerer(TARGET)

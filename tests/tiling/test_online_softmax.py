@@ -139,7 +139,6 @@ def test_decode_at_a_long_context_fits_only_as_a_walk():
     assert {t.n_block for t in fits} == {0}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name, sizes, weights", [
     ("gqa", {"kv": 2, "g": 2, "s": 128, "t": 2048, "d": 64}, "whole"),  # two query heads share a kv head's K, V
     ("gqa", {"kv": 1, "g": 1, "s": 128, "t": 2048, "d": 128}, "per chunk"),  # one row tile: loads overlap the walk

@@ -46,7 +46,6 @@ LIMIT_S = 15            # a verifier call running longer is stopped and counted 
 # The per-example limit is a SIGALRM; one that lands inside a garbage-collector callback (hypothesis
 # installs one) is swallowed there and reported as "unraisable". The interval timer raises it again
 # a second later (fuzzgen.run_pair), so the limit holds; the lost first alarm is not a failure.
-@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_fuzzed_rewrites_are_never_proved_false_and_sound_ones_prove():
     verifier = Verifier()

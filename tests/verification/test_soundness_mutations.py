@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 
 import axon
 import axon.frontend.functions as F
@@ -172,7 +171,6 @@ def _all_mutants():
     return out
 
 
-@pytest.mark.slow
 def test_soundness_no_wrong_mutant_is_proved(capsys):
     full = Verifier(timeout_ms=2000, seed=0)
     prover_only = Verifier(timeout_ms=300, seed=0, numeric_trials=0)  # short: most of these are hard `sat`s
