@@ -307,12 +307,13 @@ class Verifier:
             binding = {d: sizes[d] for d in dims}
             if (numeric.valid_binding(binding, nodes, a.constraints | b.constraints) and claim.covers(binding)
                     and all(np.prod(bind_shape(n.shape, binding)) <= numeric.MAX_ELEMENTS for n in nodes)):
-                cex = numeric.refute(a, b, 1, self.seed + 1, only=[binding])
+                cex = numeric.refute(a, b, 1, self.seed + 1, only=[binding], draws=numeric.CONFIRM_DRAWS)
                 if cex is not None:
                     return Verdict(Status.REFUTED, _describe(cex), cex, solver_time_s=spent, query=label)
         # before giving up, more sizes and inputs than the first screening took: a difference at
         # one element in a few (the maximum landing on a dropped column) is often missed there
-        cex = (numeric.refute(a, b, CONFIRM_TRIALS, self.seed + 2, narrowed=claim.facts, nonzero=claim.nonzero)
+        cex = (numeric.refute(a, b, CONFIRM_TRIALS, self.seed + 2, narrowed=claim.facts, nonzero=claim.nonzero,
+                              draws=numeric.CONFIRM_DRAWS)
                if self.numeric_trials else None)
         if cex is not None and claim.covers(cex["sizes"]):
             return Verdict(Status.REFUTED, _describe(cex), cex, solver_time_s=spent, query=label)

@@ -152,10 +152,12 @@ def confirmed_difference(a: Graph, b: Graph, k: int, index,
 
 
 def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[dict]] = None,
-           extra: Sequence[dict] = (), narrowed: Iterable = (), nonzero: Sequence[Size] = ()) -> Optional[dict]:
+           extra: Sequence[dict] = (), narrowed: Iterable = (), nonzero: Sequence[Size] = (),
+           draws: Optional[Sequence] = None) -> Optional[dict]:
     """A counterexample to `a == b` (same output count and ranks assumed) confirmed in high
     precision, or None. Tries `trials` bindings of its own that meet the graphs' facts and
-    `narrowed` and leave the sizes `nonzero` non-zero (or exactly `only`), then `extra`."""
+    `narrowed` and leave the sizes `nonzero` non-zero (or exactly `only`), then `extra`, with
+    `draws` of the inputs (default: by the programs' divisors)."""
     nodes = toposort(a.outputs + b.outputs)
     inputs = {n.params.name: n for n in nodes if n.op is Op.INPUT}
     rng = np.random.default_rng(seed)
@@ -165,7 +167,8 @@ def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[d
     trial_bindings = [x for x in trial_bindings if all(s.evaluate(x) != 0 for s in nonzero)]
     # where the programs divide, all-positive and all-negative inputs too: a divisor made of relu or
     # max can vanish on a whole region of inputs that standard-normal draws rarely reach
-    draws = DRAWS[1:] if divisor_nodes(nodes) else DRAWS[1:2]
+    if draws is None:
+        draws = DRAWS[1:] if divisor_nodes(nodes) else DRAWS[1:2]
     for binding, draw in itertools.product(trial_bindings, draws):
         arrays = {n.params.name: draw(rng, bind_shape(n.shape, binding)) for n in inputs.values()}
         outs_a = evaluate(Graph(tuple(inputs.values()), a.outputs, a.constraints), arrays, binding)
@@ -185,6 +188,11 @@ def refute(a: Graph, b: Graph, trials: int, seed: int, only: Optional[Sequence[d
 # 0) among negatives, and small integers (sums of them vanish too)
 EDGE_DRAWS = (lambda rng, shape: np.where(rng.random(shape) < 0.3, 0.0, rng.standard_normal(shape)),
               lambda rng, shape: rng.integers(-2, 3, shape).astype(np.float64))
+
+
+# What a solver's model is confirmed with: besides the screening's draws, ties and exact zeros
+# (x > 0 against x >= 0) and magnitudes past a clamp (maximum(x, -40) against x)
+CONFIRM_DRAWS = DRAWS[1:] + EDGE_DRAWS + (lambda rng, shape: 100.0 * rng.standard_normal(shape),)
 
 
 def domain_difference(a: Graph, b: Graph, trials: int, seed: int) -> Optional[dict]:

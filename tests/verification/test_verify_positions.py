@@ -3,7 +3,8 @@ concatenation holds every part at every position (a select on the position), so 
 arange(k) + 1 in the right part is, at a left position i, the log of i - n + 1: "assuming log
 arguments are > 0" there meant "only positions i >= n", and the left parts went unchecked. Each
 pair below differs in NumPy (where every log, sqrt and divisor is in its domain); each was
-proved equal."""
+proved equal. Also: a solver's model of a difference is confirmed on the inputs where such pairs
+differ (ties, large magnitudes), and scans and concatenations without an axis mean NumPy's."""
 import numpy as np
 import pytest
 
@@ -99,3 +100,33 @@ def test_a_scan_or_a_concatenation_without_an_axis_is_numpys_flattened_one_or_re
         @axon.program(x=("m", "n"), y=("m", "n"))
         def joined(x, y):
             return axon.concatenate([x, y], axis=None)
+
+
+@axon.program(x=("m", "n"))
+def strictly_positive(x):
+    return x > 0.0
+
+
+@axon.program(x=("m", "n"))
+def non_negative(x):
+    return x >= 0.0
+
+
+@axon.program(x=("m", "n"))
+def clamped_below(x):
+    return axon.maximum(x, -40.0)
+
+
+@axon.program(x=("m", "n"))
+def unclamped(x):
+    return x
+
+
+@pytest.mark.parametrize("f, g", [(strictly_positive, non_negative), (clamped_below, unclamped)])
+def test_a_solver_model_is_confirmed_with_ties_and_large_inputs_too(f, g):
+    """They differ only at x == 0 and at x < -40, where standard-normal draws never land: the
+    solver's model was left "unknown" until its confirmation also drew ties and large magnitudes."""
+    verdict = Verifier().check_programs(f.graph, g.graph)
+    assert verdict.status is Status.REFUTED, verdict.reason
+    cex = verdict.counterexample
+    assert cex["a"] != cex["b"]
