@@ -334,7 +334,10 @@ class _Bounded:
         # storing at u_mid only costs where the intermediate dtype is narrower than the arithmetic
         self.u_store = unit_roundoff(mid) if unit_roundoff(mid) > self.u_acc else 0.0
         self.tiny = _tiny(mid)
-        self.largest = min(float(np.finfo(np.float32).max), float(_finfo(mid).max))
+        # past this a value overflows: float32's limit, or the intermediate dtype's where the kernel
+        # stores the value in it (`_whole_reference` sets it per node, as it does u_store)
+        self.largest_stored = min(float(np.finfo(np.float32).max), float(_finfo(mid).max))
+        self.largest = self.largest_stored
         self.depth = 0  # how deep inside derived operators' definitions the evaluation is
 
     def narrowed(self, x: np.ndarray) -> np.ndarray:
@@ -600,7 +603,9 @@ def _whole_reference(graph: Graph, arrays, precision: Precision, narrow, binding
         if node.op is Op.INPUT:
             env[node] = alg.exact(arrays[node.params.name])
             continue
-        alg.u_store = u_store if narrow is None or node in narrow else 0.0
+        held_narrow = narrow is None or node in narrow
+        alg.u_store = u_store if held_narrow else 0.0
+        alg.largest = alg.largest_stored if held_narrow else float(np.finfo(np.float32).max)
         env[node], k = _node(node, [env[x] for x in node.inputs], alg, binding)
         if node in exact:
             env[node] = _exact_integer(env[node])

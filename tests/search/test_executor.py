@@ -193,7 +193,7 @@ def test_the_winner_is_the_same_with_one_worker_two_workers_and_ray(tmp_path):
 
     def run(executor):
         out = tmp_path / str(len(list(tmp_path.iterdir())))
-        r = optimize("rmsnorm_matmul", "small", cache=ResultCache(None), executor=executor, out_dir=out)
+        r = optimize("rmsnorm_matmul", "small", budget_s=5, cache=ResultCache(None), executor=executor, out_dir=out)
         assert json.loads(Path(r.trace_path).read_text())  # the winner's trace, wherever it was timed
         return r.kernel_source, r.latency_ns, r.candidates
 

@@ -78,7 +78,7 @@ def test_kernels_with_second_round_programs_pass_the_numerical_check():
 
 @pytest.mark.slow
 def test_optimize_rmsnorm_uses_the_second_round():
-    r = axon.optimize("rmsnorm", "small", target="trn2", cache=ResultCache(None))
+    r = axon.optimize("rmsnorm", "small", target="trn2", budget_s=5, cache=ResultCache(None))
     assert r.instructions["second_round_cheaper"] > 0
     assert r.instructions["second_round_used"] == r.instructions["second_round_cheaper"]
     assert r.candidates["failed_numerics"] == 0 and r.candidates["failed_simulation"] == 0

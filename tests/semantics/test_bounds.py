@@ -399,3 +399,24 @@ def test_a_report_says_what_a_wide_bound_lets_through():
     assert "loose" not in describe(summary(0.01)) and "weak" not in describe(summary(0.01))
     assert "loose: a kernel off by 30% of a typical element can pass" in describe(summary(0.3))
     assert "this check is weak" in describe(summary(2.0))
+
+
+def test_a_value_the_kernel_holds_in_float32_overflows_at_float32s_limit_not_float16s():
+    """A float16 kernel that squares and sums a matmul's rows in float32 (PSUM, an f32 column)
+    never holds those sums in float16: past 65504 they are not an overflow. The bound was
+    infinite there, so such programs (an RMSNorm of a projection) got no kernel in float16."""
+    @axon.program(x=("m", "k"), w=("k", "n"))
+    def rms_of_projection(x, w):
+        h = x @ w
+        return h * axon.rsqrt((h * h).mean(axis=-1, keepdims=True) + 1e-6)
+
+    rng = np.random.default_rng(0)
+    ins = {"x": rng.standard_normal((64, 512)).astype(np.float16), "w": rng.standard_normal((512, 256)).astype(np.float16)}
+    h = ins["x"].astype(np.float64) @ ins["w"].astype(np.float64)
+    assert ((h * h).sum(-1) > 65504).all()  # every row's sum of squares is past float16's range
+    graph = rms_of_projection.graph
+    _, held_f32 = kernel_reference(graph, ins, "float16", frozenset(), {"m": 64, "k": 512, "n": 256})
+    assert np.isfinite(held_f32.bounds[0]).all()
+    # a kernel that may store every intermediate in float16 (narrow=None: any kernel) does overflow there
+    _, any_kernel = kernel_reference(graph, ins, "float16", None, {"m": 64, "k": 512, "n": 256})
+    assert not np.isfinite(any_kernel.bounds[0]).any()
