@@ -115,3 +115,49 @@ def test_a_reference_check_prints_and_reports_its_tolerance():
     assert tol["method"] == "reference" and tol["longest_reduction"] == 512  # the largest input dimension
     assert tol["dtypes"] == {"out": ["bfloat16"], "mid": "bfloat16", "acc": "float32"}
     assert 0 < out["max_err_over_bound"] <= 1 and tol["bound_median"] > 0
+
+
+EXP_KERNEL = '''
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def exp_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    e = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.activation(dst=e, op=nl.exp, data=t)
+    nisa.dma_copy(dst=out, src=e)
+    return out
+'''
+
+EXP_REFERENCE = '''
+import axon
+
+
+@axon.program(x=("m", "n"))
+def exp_of(x):
+    return axon.exp(x)
+'''
+
+
+def test_a_pass_with_an_infinite_error_says_where_it_is_unchecked(tmp_path):
+    """exp(100) overflows float32 (the kernel's inf) but not the float64 reference: those elements
+    have no finite bound, and up to 1% may go unchecked. The line said "ok (max abs err inf ...)"."""
+    (tmp_path / "k.py").write_text(EXP_KERNEL)
+    (tmp_path / "ref.py").write_text(EXP_REFERENCE)
+    x = np.random.default_rng(0).standard_normal((128, 512)).astype(np.float32)
+    x[0, :5] = 100.0
+    np.savez(tmp_path / "in.npz", x=x)
+    r = axon(tmp_path / "k.py", "--inputs", tmp_path / "in.npz", "--reference", f"{tmp_path / 'ref.py'}:exp_of")
+    assert r.returncode == 0, r.stderr
+    line = next(s for s in r.stdout.splitlines() if s.startswith("reference "))
+    assert line.startswith("reference ok where it has a bound; elements without one differ") and "inf" in line
+    assert "5 element(s) unbounded" in r.stdout
+    x[0, :5] = 1.0  # every element bounded: a plain ok
+    np.savez(tmp_path / "in.npz", x=x)
+    r = axon(tmp_path / "k.py", "--inputs", tmp_path / "in.npz", "--reference", f"{tmp_path / 'ref.py'}:exp_of")
+    assert next(s for s in r.stdout.splitlines() if s.startswith("reference ")).startswith("reference ok (max abs err")
