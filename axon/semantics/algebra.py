@@ -2,7 +2,8 @@
 
 An element rule calls `alg.apply(scalar_op, *args)`, `alg.const(value)`,
 `alg.fold(combine, extent, body)`, `alg.size(size)`, `alg.floordiv(a, b)`, `alg.mod(a, b)`,
-`alg.branch(index, bound, below, above)` (below() where index < bound, else above()); index
+`alg.branch(index, bound, below, above)` (below() where index < bound, else above()),
+`alg.select(c, then, otherwise)` (then() where the value c != 0, else otherwise()); index
 terms are combined with + and *. `ConcreteAlgebra` evaluates a rule on numbers, one element at a
 time: slow, and used only to check each operator's NumPy reference against its element rule.
 The SMT encoding (axon.verification) is a second algebra over the same rules.
@@ -42,6 +43,10 @@ class ConcreteAlgebra:
     def branch(self, index: int, bound: int, below: Callable, above: Callable):
         """below() where index < bound, else above() (an element rule's choice of operand)."""
         return below() if index < bound else above()
+
+    def select(self, c: float, then: Callable, otherwise: Callable):
+        """then() where c != 0 (NaN included, as NumPy's where reads it), else otherwise()."""
+        return then() if c != 0 else otherwise()
 
     def floordiv(self, a: int, b: int) -> int:
         return a // b

@@ -291,6 +291,14 @@ def _elementwise_element(scalar: ScalarOp):
     return element
 
 
+def _where_element(alg, read, idx, shapes, params):
+    # only the chosen branch is read: an operation's domain (log's argument > 0, a divisor != 0)
+    # matters in a branch only where the condition selects it
+    out_shape = _elementwise_shape(shapes, params)
+    c, a, b = (lambda k=k, s=s: read(k, broadcast_index(idx, s, out_shape)) for k, s in enumerate(shapes))
+    return alg.select(c(), a, b)
+
+
 def _reduce_element(combine: ScalarOp):
     def element(alg, read, idx, shapes, p: AxisParams):
         (s,) = shapes
@@ -379,8 +387,9 @@ def _numpy_reshape(args, p: ReshapeParams, out: tuple[int, ...]):
 
 def _spec_elementwise(op: Op, scalar: ScalarOp) -> OpSpec:
     fn = SCALAR_SPECS[scalar].numpy
+    element = _where_element if scalar is ScalarOp.WHERE else _elementwise_element(scalar)
     return OpSpec(op, OpKind.ELEMENTWISE, SCALAR_SPECS[scalar].arity, _elementwise_shape,
-                  _elementwise_element(scalar), lambda args, p, out: fn(*args), scalar=scalar)
+                  element, lambda args, p, out: fn(*args), scalar=scalar)
 
 
 OP_SPECS: dict[Op, OpSpec] = {

@@ -92,6 +92,9 @@ class PreciseAlgebra:
     def branch(self, index: int, bound: int, below: Callable, above: Callable):
         return below() if index < bound else above()
 
+    def select(self, c, then: Callable, otherwise: Callable):
+        return then() if c != 0 else otherwise()
+
     def floordiv(self, a: int, b: int) -> int:
         return a // b
 

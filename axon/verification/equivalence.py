@@ -127,8 +127,8 @@ class Verifier:
                 return replace(verdict, status=Status.UNKNOWN, claim=None,
                                reason=f"not proved for every input: {one_sided} on one side only (where it fails, "
                                       f"that side is undefined and the other need not be): {verdict.reason}")
-            # an assumption under a where's branch, or inside a sum, is recorded as if unguarded
-            # or left out of the query: the sides' domains are compared on numbers too
+            # an assumption inside a sum is no premise of the query: the sides' domains are
+            # compared on numbers too
             edge = numeric.domain_difference(ga, gb, self.numeric_trials, self.seed)
             if edge is not None:
                 return replace(verdict, status=Status.UNKNOWN, claim=None,

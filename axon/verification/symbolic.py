@@ -12,6 +12,7 @@ solver, and the verifier states each one that does not follow from the sizes.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
@@ -63,12 +64,58 @@ class SymbolicAlgebra:
     def __init__(self):
         self._fresh = 0
         self._scope: list[tuple[Poly, Poly]] = []  # (binder, extent) of the folds being built
+        self._guards: list[tuple[Poly, bool]] = []  # (condition, whether it holds) of the branches being built
+        self._recordings: list[tuple[int, list[Assumption]]] = []  # (guard depth, facts) being recorded
         self.assumptions: dict[str, Assumption] = {}
 
     def _assume(self, relation: str, p: Poly) -> None:
-        binders = tuple(self._scope) if any(f.startswith("bound:") for f in p.free) else ()
-        fact = Assumption(relation, p, binders)
+        self.note(Assumption(relation, p, self._binders_of(p)))
+
+    def _binders_of(self, p: Poly, known=()) -> tuple[tuple[Poly, Poly], ...]:
+        if not any(f.startswith("bound:") for f in p.free):
+            return ()
+        return tuple({b.key: (b, e) for b, e in (*known, *self._scope)}.values())
+
+    def note(self, fact: Assumption) -> None:
+        """Record `fact`, stated where it was made (inside the branches being built): an operation
+        in a branch of a where, or in one part of a concatenation, needs its domain only where
+        that branch is chosen, so the fact holds under the branches' conditions."""
+        for depth, facts in self._recordings:
+            facts.append(self._under(fact, self._guards[depth:]))
+        fact = self._under(fact, self._guards)
         self.assumptions.setdefault(fact.key, fact)
+
+    def _under(self, fact: Assumption, guards) -> Assumption:
+        term = fact.term
+        for condition, holds in reversed(guards):  # 1 satisfies every relation (!= 0, > 0, >= 0)
+            term = T.select(condition, term, T.ONE) if holds else T.select(condition, T.ONE, term)
+        return Assumption(fact.relation, term, self._binders_of(term, fact.binders) if guards else fact.binders)
+
+    @contextmanager
+    def recording(self):
+        """The facts noted while the block runs, stated relative to the branches open at its start
+        (an encoder's memo replays them through `note` where the same term is used again)."""
+        facts: list[Assumption] = []
+        self._recordings.append((len(self._guards), facts))
+        try:
+            yield facts
+        finally:
+            self._recordings.pop()
+
+    @contextmanager
+    def _guarded(self, condition: Poly, holds: bool):
+        self._guards.append((condition, holds))
+        try:
+            yield
+        finally:
+            self._guards.pop()
+
+    def _choose(self, condition: Poly, then: Callable, otherwise: Callable) -> Poly:
+        with self._guarded(condition, True):
+            a = Poly.of(then())
+        with self._guarded(condition, False):
+            b = Poly.of(otherwise())
+        return T.select(condition, a, b)
 
     def apply(self, op: ScalarOp, *args):
         a = [Poly.of(x) for x in args]
@@ -137,7 +184,10 @@ class SymbolicAlgebra:
         return T.Var(f"_r{self._fresh}", "bound")
 
     def branch(self, index, bound, below: Callable, above: Callable) -> Poly:
-        return T.select(T.compare("gt", Poly.of(bound), Poly.of(index)), Poly.of(below()), Poly.of(above()))
+        return self._choose(T.compare("gt", Poly.of(bound), Poly.of(index)), below, above)
+
+    def select(self, c, then: Callable, otherwise: Callable) -> Poly:
+        return self._choose(Poly.of(c), then, otherwise)
 
     def floordiv(self, a, b) -> Poly:
         return T.int_fn("floordiv", Poly.of(a), Poly.of(b))
@@ -160,12 +210,18 @@ class Encoder:
     def term(self, node: Node, index: Sequence) -> Poly:
         index = tuple(Poly.of(i) for i in index)
         key = (node, tuple(i.key for i in index))
-        if key not in self._memo:
-            if node.op is Op.INPUT:
-                value = T.read(node.params.name, index)
-            else:
+        hit = self._memo.get(key)
+        if hit is not None:  # the term again, and the facts its operations need, here
+            value, facts = hit
+            for fact in facts:
+                self.alg.note(fact)
+            return value
+        if node.op is Op.INPUT:
+            value, facts = T.read(node.params.name, index), []
+        else:
+            with self.alg.recording() as facts:
                 value = Poly.of(OP_SPECS[node.op].element(
                     self.alg, lambda k, i: self.term(node.inputs[k], i), index,
                     tuple(i.shape for i in node.inputs), node.params))
-            self._memo[key] = value
-        return self._memo[key]
+        self._memo[key] = (value, tuple({f.key: f for f in facts}.values()))
+        return value

@@ -106,11 +106,56 @@ def guarded_numerator(s, n):
     return axon.where(n > 0, s, 0.0) / n
 
 
-@pytest.mark.parametrize("f, g", [(guarded_quotient, guard_then_divide), (guard_then_divide, guarded_quotient),
-                                  (sum_of_c_over_c, sum_of_ones), (safe_mean, guarded_numerator)])
-def test_an_assumption_both_sides_record_but_one_side_guards_is_no_rewrite(f, g):
-    """Both sides assume d != 0 (the solver records a divisor under a where's branch, or inside a
-    sum, as if unguarded), yet where m and d are 0 the first is 0 and the second NaN; a helper's
-    masked mean optimized to NaN on its fully masked rows through the last pair."""
+@pytest.mark.parametrize("f, g, why", [(guarded_quotient, guard_then_divide, "on one side only"),
+                                       (guard_then_divide, guarded_quotient, "on one side only"),
+                                       (sum_of_c_over_c, sum_of_ones, "undefined where the other is not"),
+                                       (safe_mean, guarded_numerator, "on one side only")])
+def test_an_assumption_both_sides_make_but_one_side_guards_is_no_rewrite(f, g, why):
+    """Where m and d are 0 the first is 0 and the second NaN. A divisor under a where's branch is
+    assumed non-zero only where the branch is chosen, so the sides' assumptions differ (a helper's
+    masked mean optimized to NaN on its fully masked rows through the last pair); one inside a sum
+    is recorded for every term, and the sides' domains are compared on numbers."""
     v = as_rewrite(f, g)
-    assert v.status is Status.UNKNOWN and "undefined where the other is not" in v.reason
+    assert v.status is Status.UNKNOWN and why in v.reason
+
+
+@axon.program(x=("r", "c"))
+def log_or_clamped(x):
+    return axon.where(x > 0, axon.log(x), axon.maximum(x, -40.0))
+
+
+@axon.program(x=("r", "c"))
+def log_or_identity(x):
+    return axon.where(x > 0, axon.log(x), x)
+
+
+@axon.program(x=("r", "c"))
+def log_or_doubled_half(x):
+    return axon.where(x > 0, axon.log(x), (x + x) * 0.5)
+
+
+def test_a_branch_assumption_holds_only_where_its_branch_is_chosen():
+    """log(x) in the branch x > 0 assumes nothing: read as "log arguments > 0" everywhere, the
+    assumption left out every x <= 0, where the two programs differ (x < -40)."""
+    v = Verifier()
+    refuted = v.check_programs(log_or_clamped.graph, log_or_identity.graph)
+    assert refuted.status is Status.REFUTED
+    proved = v.check_programs(log_or_identity.graph, log_or_doubled_half.graph)
+    assert proved.status is Status.PROVED and proved.assumptions == ()
+    x = np.array([[-50.0, 2.0]])
+    assert log_or_clamped(x)[0, 0] != log_or_identity(x)[0, 0]
+
+
+@axon.program(x=("r", "c"), d=("r", "c"))
+def guarded_quotient_plus_log(x, d):
+    return axon.where(d > 0, x / d, 0.0) + axon.log(x)
+
+
+@axon.program(x=("r", "c"), d=("r", "c"))
+def log_plus_guarded_quotient(x, d):
+    return axon.log(x) + axon.where(d > 0, x / d, 0.0)
+
+
+def test_only_the_unguarded_assumption_is_stated():
+    v = Verifier().check_programs(guarded_quotient_plus_log.graph, log_plus_guarded_quotient.graph)
+    assert v.status is Status.PROVED and v.assumptions == ("log arguments are > 0",)
