@@ -8,7 +8,7 @@ bounds) most of the check. Each row times that reference on the rows a partial c
 case's winner runs (optimize_largest.md: gqa and causal gqa 5 blocks of 128 rows, the
 MatMul-family kernels 2 blocks of 512; gqa's quick case whole), on the program as written, seeded random bf16 inputs, three
 ways: as the check runs it (freed memory kept for reuse, axon.heap; values of up to
-bounds.REFERENCE_ELEMENTS evaluated at once, larger ones over slices of batch axes, a slice over
+batch.REFERENCE_ELEMENTS evaluated at once, larger ones over slices of batch axes, a slice over
 slices of the next); with glibc's default allocator (what the check did before axon.heap); and with
 slices of up to 64M elements (what it did before 2026-12-07: for gqa one kv head at a time). Each
 run a fresh process, medians of `--repeat`, all in this one run.
@@ -41,14 +41,14 @@ MODES = ("glibc", "64M", "check")  # the columns, the check's own way last
 def one(name: str, sizes: dict, mode: str) -> float:
     """Seconds of one reference, in this process."""
     import axon.heap
-    import axon.semantics.bounds as bounds
+    import axon.semantics.batch as batch
     from axon.semantics.bounds import kernel_reference
     from axon.suite import get
 
     if mode == "glibc":
         axon.heap._libc = None  # glibc's defaults: large arrays mapped and unmapped each time
     if mode == "64M":
-        bounds.REFERENCE_ELEMENTS = 1 << 26
+        batch.REFERENCE_ELEMENTS = 1 << 26
     prog = get(name).program
     data = prog.random_inputs(sizes, "bfloat16")
     t = time.perf_counter()

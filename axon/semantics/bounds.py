@@ -526,65 +526,24 @@ def program_reference(graph: Graph, arrays: Mapping[str, np.ndarray], precision:
     the kernel may store in the intermediate dtype (None: every computed value, which holds for
     any kernel; a kernel builder knows better, e.g. `tiling.build.narrow_values`). Intermediate
     values are released after their last use: a check at Llama sizes holds weights in float64.
-    When the largest value would exceed REFERENCE_ELEMENTS, the graph is evaluated over slices of
-    a batch axis (`_batch_axis`; a slice still too large over slices of the next): batch slices
-    are independent programs (every operator maps batch index to batch index), so values and
-    bounds concatenate. Attention at Llama-3-70B sizes keeps [heads, rows, t] logits: 24 GB of
+    A large graph is evaluated over slices of a batch axis (`batch.in_slices`), whose values and
+    bounds concatenate: attention at Llama-3-70B sizes keeps [heads, rows, t] logits, 24 GB of
     reference and bounds at once."""
     with reusing_freed_memory():
         return _program_reference(graph, arrays, precision, narrow, binding)
 
 
 def _program_reference(graph, arrays, precision, narrow, binding):
-    import math
-
     from axon.semantics.evaluate import bind_sizes
 
     if binding is None:
         binding = bind_sizes(graph, {k: np.shape(v) for k, v in arrays.items()})
-    biggest = max(math.prod(d.evaluate_int(binding) for d in n.shape) for n in graph.nodes())
-    axis = _batch_axis(graph, arrays, binding) if biggest > REFERENCE_ELEMENTS else None
-    if axis is None:
-        return _whole_reference(graph, arrays, precision, narrow, binding)
-    dim, at, sliced = axis
-    size = binding[dim]
-    step = max(1, size * REFERENCE_ELEMENTS // biggest)
 
-    def part(b: int):  # a slice still too large is sliced again, along the next batch axis
-        cut = {k: (np.take(v, range(b, min(b + step, size)), axis=sliced[k]) if k in sliced else v)
-               for k, v in arrays.items()}
-        return _program_reference(graph, cut, precision, narrow, {**binding, dim: min(step, size - b)})
-    parts = [part(b) for b in range(0, size, step)]
-    values = tuple(np.concatenate(vs, axis=at) for vs in zip(*(v for v, _ in parts)))
-    bounds = tuple(np.concatenate(bs, axis=at) for bs in zip(*(t.bounds for _, t in parts)))
-    return values, Tolerance(bounds, precision, parts[0][1].reduction, "program", values)
-
-
-# The largest value of the float64 reference evaluated at once (64 MB). Smaller slices are faster,
-# not only leaner: gqa's quick case (33.5M logits) took 20.5 s whole, 8.1 s in four slices.
-REFERENCE_ELEMENTS = 1 << 23
-
-
-def _batch_axis(graph: Graph, arrays, binding) -> Optional[tuple[str, int, dict[str, int]]]:
-    """(symbol, the outputs' axis holding it, {input: its axis}) for the first of the outputs'
-    leading axes (all but the last two) that is one symbol every operator keeps as a batch axis
-    (axon.semantics.batch: a reduction over it, say, would see only its slice); else None.
-    Programs of rank 2 stay whole: a slice of rows would read all of a weight again."""
-    ranks = {o.rank for o in graph.outputs}
-    if len(ranks) != 1:
-        return None
-    for at in range(ranks.pop() - 2):
-        syms = {o.shape[at].as_symbol() for o in graph.outputs}
-        dim = syms.pop() if len(syms) == 1 else None
-        if dim is None or binding.get(dim, 1) <= 1:
-            continue
-        where = batch.positions(graph, dim)
-        if where is None or any(where[o] != at for o in graph.outputs):
-            continue
-        sliced = {n.params.name: where[n] for n in graph.inputs if where.get(n) is not None}
-        if sliced and all(k in arrays for k in sliced):
-            return dim, at, sliced
-    return None
+    def join(parts, at: int):
+        values = tuple(np.concatenate(vs, axis=at) for vs in zip(*(v for v, _ in parts)))
+        bounds = tuple(np.concatenate(bs, axis=at) for bs in zip(*(t.bounds for _, t in parts)))
+        return values, Tolerance(bounds, precision, parts[0][1].reduction, "program", values)
+    return batch.in_slices(graph, arrays, binding, lambda a, b: _whole_reference(graph, a, precision, narrow, b), join)
 
 
 def _whole_reference(graph: Graph, arrays, precision: Precision, narrow, binding):

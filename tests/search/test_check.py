@@ -11,7 +11,9 @@ from axon.search.check import CheckedRows, check, plan_columns, plan_rows
 from axon.search.lowering import Lowerer
 from axon.search.roofline import matmul_macs
 from axon.search.select import check_candidate
+from axon.semantics import batch
 from axon.semantics.bounds import kernel_reference
+from axon.semantics.evaluate import evaluate
 from axon.suite import SUITE
 from axon.targets.trainium.target import TrainiumTarget
 
@@ -159,8 +161,8 @@ def test_a_large_reference_is_evaluated_in_slices_with_the_same_values_and_bound
     sizes = {"kv": 3, "g": 2, "s": 16, "t": 32, "d": 8}
     data = gqa.random_inputs(sizes, "bfloat16", seed=5)
     whole, tol = kernel_reference(gqa.graph, data, "bfloat16", None, sizes)
-    assert bounds._batch_axis(gqa.graph, data, sizes) == ("kv", 0, {"q": 0, "k": 0, "v": 0})
-    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", elements)
+    assert batch.batch_axis(gqa.graph, data, sizes) == ("kv", 0, {"q": 0, "k": 0, "v": 0})
+    monkeypatch.setattr(batch, "REFERENCE_ELEMENTS", elements)
     calls = []
     real = bounds._whole_reference
     monkeypatch.setattr(bounds, "_whole_reference", lambda g, a, *r: calls.append(a["q"].shape) or real(g, a, *r))
@@ -169,15 +171,25 @@ def test_a_large_reference_is_evaluated_in_slices_with_the_same_values_and_bound
     for a, b in zip(whole + tol.bounds, parts + ptol.bounds):
         np.testing.assert_array_equal(a, b)
     assert ptol.reduction == tol.reduction
+    # the plain float64 evaluation (the program as written, beside a rewritten variant's check)
+    # takes the same slices with the same values
+    monkeypatch.setattr(batch, "REFERENCE_ELEMENTS", 1 << 23)
+    plain = evaluate(gqa.graph, data, sizes)
+    monkeypatch.setattr(batch, "REFERENCE_ELEMENTS", elements)
+    seen = []
+    real_in_slices = batch.in_slices
+    monkeypatch.setattr(batch, "in_slices", lambda g, a, *r: seen.append(a["q"].shape) or real_in_slices(g, a, *r))
+    np.testing.assert_array_equal(evaluate(gqa.graph, data, sizes)[0], plain[0])
+    np.testing.assert_array_equal(plain[0], whole[0])
+    assert seen.count(slices[0]) == len(slices)  # the leaves: evaluated whole
     # a program of rank 2 stays whole (a slice of rows would read all of a weight again)
-    assert bounds._batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
+    assert batch.batch_axis(SUITE["matmul"].program.graph, {}, {"m": 4, "k": 4, "n": 4}) is None
 
 
 @pytest.mark.parametrize("mixing", ["sum over it", "max over it", "cumsum over it", "contracted",
                                     "sliced", "its size", "moved by a reshape"])
 def test_a_program_that_mixes_its_leading_axis_is_not_evaluated_in_slices_of_it(mixing, monkeypatch):
     import axon
-    import axon.semantics.bounds as bounds
 
     body = {"sum over it": lambda x, w: x - x.sum(axis=0, keepdims=True),
             "max over it": lambda x, w: x.max(axis=0, keepdims=True) * x,
@@ -195,7 +207,7 @@ def test_a_program_that_mixes_its_leading_axis_is_not_evaluated_in_slices_of_it(
     data = {"x": rng.standard_normal((4, 8, 16)), "w": rng.standard_normal((4, 4))}
     sizes = {"b": 4, "m": 8, "n": 16}
     want = program(**data)
-    monkeypatch.setattr(bounds, "REFERENCE_ELEMENTS", 8 * 16)  # one b at a time, were it a batch axis
+    monkeypatch.setattr(batch, "REFERENCE_ELEMENTS", 8 * 16)  # one b at a time, were it a batch axis
     got, _ = kernel_reference(program.graph, data, "float32", None, sizes)
     np.testing.assert_allclose(got[0], want, rtol=1e-12, atol=1e-12)
 
