@@ -10,6 +10,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -109,6 +110,15 @@ class TrainiumTarget:
             o = res.outputs
             outs = list(o) if isinstance(o, (tuple, list)) else [o]
         return Measured(est.latency_ns if timed else math.nan, outs, est, len(res.trace))
+
+    def full_timing_work(self, source: str) -> Optional[int]:
+        """What the full timing-only path costs on `source`, in instructions simulated and timed
+        (the ranking budget's unit), counted from the source; None where the source does not say
+        (loops over computed bounds, calls other than `nisa.*`)."""
+        from axon.targets.trainium.sampled_timing import static_counts
+
+        counts = static_counts(source)
+        return None if counts is None else counts[2]
 
     def peaks(self, dtype: str):
         """The roofline's rates at `dtype`: TensorE peak and one core's HBM bandwidth (the
