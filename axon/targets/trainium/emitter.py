@@ -347,6 +347,10 @@ class NkiEmitter:
         at dst_tile[:, base + q*step] (step = partitions, or `stride`)."""
         src_tile, src_c0 = self._split(src)
         dt = self.tile_dtype.get(self._base(src_tile), "kernel")
+        if self.tile_mem.get(self._base(src_tile)) == "psum":  # the Tensor Engine reads SBUF only [isa]
+            start = src_c0.removesuffix(" + ") or "0"
+            cols = f"{start}:{count * k}" if start == "0" else f"{start}:{start} + {count * k}"
+            src_tile, src_c0 = self._base(self._in_sbuf(f"{src_tile}[0:{partitions}, {cols}]", partitions, count * k)), ""
         item = 4 if dt == "f32" or self.dtype == "float32" else 2
         step = stride or partitions
         # as many blocks per PSUM bank as fit, each bank leaving in one copy (a copy's fixed cost
@@ -371,6 +375,16 @@ class NkiEmitter:
         if tail:
             self._transpose_group(dst_tile, _plus(base, str(full * group * step)), src_tile,
                                   _plus(src_c0.removesuffix(" + "), str(full * group * k)), partitions, k, tail, dt)
+
+    def _in_sbuf(self, view: str, partitions: int, width: int) -> str:
+        """An SBUF copy of `view` (a PSUM tile's columns, where an instruction cannot read it from
+        PSUM), in its own dtype: the view to read instead."""
+        dt = self.tile_dtype.get(self._base(view), "f32")
+        staged = self.fresh("st")
+        self.line(f"{staged} = nl.ndarray(({partitions}, {width}), dtype={_DTYPE[dt]}, buffer=nl.sbuf)")
+        self.tile_mem[staged], self.tile_dtype[staged] = "sbuf", dt
+        self.copy(f"{staged}[0:{partitions}, 0:{width}]", view)
+        return f"{staged}[0:{partitions}, 0:{width}]"
 
     def _transpose_group(self, dst_tile: str, d0: str, src_tile: str, c0: str, partitions: int, k: int,
                          group: int, dt: str, engine: str | None = None) -> None:
@@ -549,6 +563,7 @@ class NkiEmitter:
             if st.instruction == "select":
                 self._select(main, by_slot, partitions, width)
                 continue
+            self._one_read_from_psum(st.instruction, by_slot, kwargs, reads, partitions, width)
             kwargs.extend(self._FIXED_KW.get(st.instruction, ()))
             if st.instruction in ("tensor_tensor", "tensor_scalar") and hasattr(self, "_engine"):
                 ops = {h: str(getattr(v, "value", v)) for h, v in st.holes if h in ("op", "op0", "op1") and v}
@@ -561,6 +576,24 @@ class NkiEmitter:
             for o in outs:  # a value nothing reads is dead at once
                 if o in temps and o not in last:
                     free.append((temps[o][1], temps.pop(o)[0]))
+
+    # the two tensor operands of an instruction that may not both be read from PSUM [isa]
+    _PSUM_PAIRS = {"tensor_tensor": ("data1", "data2"), "scalar_tensor_tensor": ("data", "operand1"),
+                   "tensor_tensor_scan": ("data0", "data1")}
+
+    def _one_read_from_psum(self, instruction: str, by_slot: dict, kwargs: list, reads: list,
+                            partitions: int, width: int) -> None:
+        """Where both of `instruction`'s tensor operands are PSUM tiles (x * x of a matmul's result,
+        say), its second one is read from an SBUF copy."""
+        pair = self._PSUM_PAIRS.get(instruction)
+        views = [by_slot.get(slot) for slot in pair] if pair else []
+        if not views or any(not isinstance(v, str) or self.tile_mem.get(self._base(v)) != "psum" for v in views):
+            return
+        slot, view = pair[1], views[1]
+        kw = self._SLOT_KW.get((instruction, slot), slot)
+        staged = self._in_sbuf(view, partitions, width)
+        kwargs[kwargs.index(f"{kw}={view}")] = f"{kw}={staged}"
+        reads[reads.index(view)] = staged
 
     def _select(self, dst: str, x: dict, partitions: int, width: int) -> None:
         """dst = x["on_true"] where x["pred"] is non-zero, else x["on_false"], exactly: dst takes
