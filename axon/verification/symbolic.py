@@ -7,8 +7,10 @@ Scalar operations the solver does not know natively are expanded through their `
 records the domain assumptions of every operation it meets (divisor != 0, sqrt argument >= 0, log
 argument > 0), inside folds too: there an assumption holds for every value of the fold binders in
 scope (`Assumption.binders`), since the term constructors cancel `d(r) / d(r)` inside a fold body
-just as they do outside. Proofs hold under the assumptions; ground ones are also given to the
-solver, and the verifier states each one that does not follow from the sizes.
+just as they do outside. One made in a branch (of a where, or one part of a concatenation) holds
+where that branch is chosen: `select(cond, term, 1) > 0`. Proofs hold under the assumptions; ground
+ones are also given to the solver, and the verifier states each one that does not follow from the
+sizes.
 """
 from __future__ import annotations
 
