@@ -1,22 +1,24 @@
 """Timing-only latency from loop samples: the performance model on traces whose long loops ran
 only their first iterations (simulator/sampling.py), extended loop by loop:
 
-    T = T(cut) + sum over cut loops L of skipped(L) x scale(L) x (T(L longer) - T(cut)) / (STEP x cut(L))
+    T = T(cut) + sum over cut loops L of skipped(L) x scale(L) x (T(L longer) - T(cut)) / (step(L) x cut(L))
 
 where skipped(L) counts the iterations of L that did not run, cut(L) its instances cut short, and
 scale(L) the product, over the cut loops around L, of (iterations in full) / (iterations run):
-the instances of L inside the skipped iterations of an outer loop. T(L longer) runs L STEP
-iterations longer in each of its instances (two: a schedule that alternates between two states,
-as DMA queues taken in turn make it, averages out; one more iteration would time one state).
-Loops with the same multiple skipped(L) x scale(L) / cut(L), none inside another, share that run
-(the kernel runs all of them longer; what they add is summed): a causal kernel's copies of one
-loop nest, one per run of row blocks, cost one run, not one each.
+the instances of L inside the skipped iterations of an outer loop. T(L longer) runs L step(L)
+iterations longer in each of its instances: STEP (two: a schedule that alternates between two
+states, as DMA queues taken in turn make it, averages out; one more iteration would time one
+state), or one for a loop whose body is a whole block of the kernel (simulator/sampling.py: its
+own instructions average such states out). Loops with the same
+multiple skipped(L) x scale(L) / cut(L) and step, none inside another, share that run (the kernel
+runs all of them longer; what they add is summed): a causal kernel's copies of one loop nest, one
+per run of row blocks, cost one run, not one each.
 
 The runs are views of one simulation (simulator/sampling.py): it runs every cut loop STEP
 iterations longer, and the cut run and each group's longer run are the subsequences of its trace
 that they would have issued, each accounted for capacity and timed by the model on its own. So
-the cost is one simulation of the kernel with its cut loops KEEP + STEP iterations long, and one
-estimate of the cut kernel and one per group of cut loop statements: it grows with the kernel's
+the cost is one simulation of the kernel with its cut loops KEEP + STEP iterations long (a long
+body: KEEP + 1, or 1 + 1), and one estimate of the cut kernel and one per group of cut loop statements: it grows with the kernel's
 distinct loop bodies, not its iteration counts. Where no loop is long enough to cut, the run is
 the whole kernel and its latency is the full path's, exactly.
 
@@ -49,7 +51,7 @@ from fractions import Fraction
 from axon.targets.trainium.hardware import HardwareDescription
 from axon.targets.trainium.perfmodel import estimate as estimate_trace
 from axon.targets.trainium.simulator import LoopSampling, simulate
-from axon.targets.trainium.simulator.sampling import MIN_BODY, MIN_TRIP, View
+from axon.targets.trainium.simulator.sampling import LONG_BODY, LONG_MIN_TRIP, MIN_BODY, MIN_TRIP, View
 from axon.targets.trainium.trace import cyclic_gc_paused
 
 KEEP = 2  # iterations a cut loop runs; the extension is the time of one more
@@ -89,12 +91,12 @@ def _multiple(cut: View, line: int) -> Fraction:
 
 def _groups(cut: View) -> list[tuple[int, ...]]:
     """The cut loop statements, in groups that one longer run times together: loops with the same
-    multiple, none inside another (a kernel emitted once per run of row blocks repeats one loop
-    nest per run: its copies share one run instead of one each)."""
+    multiple and step, none inside another (a kernel emitted once per run of row blocks repeats
+    one loop nest per run: its copies share one run instead of one each)."""
     groups: list[list[int]] = []
     for line in sorted(cut.cut):
-        m = _multiple(cut, line)
-        home = next((g for g in groups if _multiple(cut, g[0]) == m
+        alike = (_multiple(cut, line), cut.step_of(line))
+        home = next((g for g in groups if (_multiple(cut, g[0]), cut.step_of(g[0])) == alike
                      and all(o not in cut.around[line] and line not in cut.around[o] for o in g)), None)
         if home is None:
             groups.append([line])
@@ -193,10 +195,11 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
             trace = longer.accounting().trace
             work += _work(0, len(trace))
             est = estimate(trace, hw, cut_loops=_cut_loops(longer), busy_of=lambda ins: _extra_iteration(ins, longer))
-            added = (est.latency_ns - base.latency_ns) / STEP
+            step = cut.step_of(group[0])
+            added = (est.latency_ns - base.latency_ns) / step
             # each loop's extra iterations keep at least its busiest engine (or the DMA bandwidth) busy
             busiest = sum(max((ns for (line, _), ns in est.busy_by.items() if line == g), default=0.0)
-                          for g in group) / STEP
+                          for g in group) / step
             m = _multiple(cut, group[0])
             if added < TRUST * busiest:
                 if len(group) > 1:  # one of them may be hidden behind other work: each on its own
@@ -226,7 +229,7 @@ def static_counts(source: str, name: str | None = None, keep: int = KEEP) -> tup
     `name` (None: the module's first function) whose loops are `nl.*_range` over literal integers
     and whose instructions are `nisa.*` calls, cut by the simulator's rule (simulator/sampling.py:
     a loop of at least MIN_TRIP iterations whose first iteration, itself cut, issues at least
-    MIN_BODY); None for any other."""
+    MIN_BODY; from LONG_MIN_TRIP iterations where it issues LONG_BODY); None for any other."""
     try:
         fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and name in (None, n.name))
         return _counts(fn.body, keep)
@@ -246,10 +249,17 @@ def _counts(body: list, keep: int) -> tuple[int, int, int]:
             if stmt.orelse:
                 raise _Unknown
             inner_cut, inner_sampled, inner_whole = _counts(stmt.body, keep)
-            is_cut = trip >= MIN_TRIP and inner_cut >= MIN_BODY
-            if is_cut:  # inside its extra iterations, the loops within run as in the cut run
-                cut += min(trip, keep) * inner_cut
-                sampled += min(trip, keep) * inner_sampled + (min(trip, keep + STEP) - min(trip, keep)) * inner_cut
+            if inner_cut >= LONG_BODY and LONG_MIN_TRIP <= trip < MIN_TRIP:
+                runs, step = 1, 1
+            elif inner_cut >= LONG_BODY and trip >= MIN_TRIP:
+                runs, step = keep, 1
+            elif trip >= MIN_TRIP and inner_cut >= MIN_BODY:
+                runs, step = keep, STEP
+            else:
+                runs = step = 0
+            if runs:  # inside its extra iterations, the loops within run as in the cut run
+                cut += min(trip, runs) * inner_cut
+                sampled += min(trip, runs) * inner_sampled + (min(trip, runs + step) - min(trip, runs)) * inner_cut
             else:
                 cut += trip * inner_cut
                 sampled += trip * inner_sampled
@@ -284,8 +294,9 @@ def _issues(call: ast.Call) -> int:
 
 
 def _extra_iteration(ins, longer: View):
-    """The line of the longer loop whose extra iterations (from iteration `keep` on) issued `ins`, or None."""
+    """The line of the longer loop whose extra iterations (from its `keep` on) issued `ins`, or None."""
     for loop_id, i, _ in ins.extra.get("loops", ()):
-        if i >= longer.keep and longer.line_of.get(loop_id) in longer.longer:
-            return longer.line_of[loop_id]
+        line = longer.line_of.get(loop_id)
+        if line in longer.longer and i >= longer.keep_of(line):
+            return line
     return None

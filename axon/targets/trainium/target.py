@@ -148,12 +148,13 @@ class TrainiumTarget:
 def model_fingerprint() -> str:
     """A hash of the sources that turn a kernel into a latency: the simulator (it records the
     instruction trace), the trace format, the hardware description, the API table that decides
-    which of Axon's kernels run at all (nki_api.py) and the performance model.
+    which of Axon's kernels run at all (nki_api.py), the performance model and the loop-sampled
+    timing that extends it (sampled_timing.py: its latencies are what ranking caches).
     Cached results and benchmark rows carry it, so a model change never reuses old numbers."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for path in [root / "hardware.py", root / "perfmodel.py", root / "trace.py", root / "nki_api.py",
-                 *sorted((root / "simulator").glob("*.py"))]:
+    for path in [root / "hardware.py", root / "perfmodel.py", root / "sampled_timing.py", root / "trace.py",
+                 root / "nki_api.py", *sorted((root / "simulator").glob("*.py"))]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:12]
 

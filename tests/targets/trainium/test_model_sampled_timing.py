@@ -70,6 +70,23 @@ def mm(xT, w):
 """)
 HIDDEN_IN = {"xT": ShapeDtype((4096, 2048), "bfloat16"), "w": ShapeDtype((4096, 4096), "bfloat16")}
 
+
+
+def row_blocks(trip: int) -> str:
+    """`trip` row blocks, each a matmul pass of 16 output tiles with 48 matmuls each: a block's
+    first iteration, its tile loop cut at 2, issues 2 x 146 instructions (a long body)."""
+    inner = matmul_pass("out").replace("range(16):\n            a", "range(48):\n            a")
+    inner = inner.replace("xT[nl.ds(i_k * 128, 128), 0:128]", "xT[nl.ds(i_k * 128, 128), nl.ds(i_m * 128, 128)]")
+    inner = inner.replace("out[0:128, nl.ds(i_n * 512, 512)]", "out[nl.ds(i_m * 128, 128), nl.ds(i_n * 512, 512)]")
+    return (NEW + "@nki.jit\ndef mm(xT, w):\n"
+            + f"    out = nl.ndarray(({trip * 128}, 8192), dtype=w.dtype, buffer=nl.shared_hbm)\n"
+            + f"    for i_m in nl.affine_range({trip}):\n" + textwrap.indent(inner, "    ") + "    return out\n")
+
+
+def row_blocks_in(trip: int) -> dict:
+    return {"xT": ShapeDtype((6144, trip * 128), "bfloat16"), "w": ShapeDtype((6144, 8192), "bfloat16")}
+
+
 # two passes over the same 16 x 32 weight tiles (128 KiB per partition: more than the model keeps
 # resident, so the second pass loads them again); cut to 2 x 32 tiles they would fit
 REREAD = NEW + textwrap.dedent("""
@@ -153,6 +170,29 @@ def test_what_the_model_keeps_resident_is_sized_by_the_uncut_kernel(monkeypatch)
     assert sampled_latency(kernel, REREAD_IN, HW).latency_ns < 0.8 * full
 
 
+def test_a_loop_of_few_iterations_with_a_long_body_is_cut_after_one_and_extended_to_the_full_latency():
+    source, inputs = row_blocks(4), row_blocks_in(4)
+    full, issued = full_latency(source, inputs)
+    assert issued == 4 * 16 * (3 * 48 + 2)
+    cut = LoopSampling(2, sampled_timing.STEP)
+    simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=cut)
+    blocks, tiles = sorted(cut.view().cut)
+    assert cut.keep_of(blocks) == cut.extra_of(blocks) == 1  # 4 iterations: 1 run, 1 more in its longer view
+    assert (cut.keep_of(tiles), cut.extra_of(tiles)) == (2, sampled_timing.STEP)  # a short body: as before
+    got = sampled_latency(load_source(source, "<blocks>", None), inputs, HW)
+    assert not got.exact and got.loops[blocks][:2] == (3, 1) and got.latency_ns == pytest.approx(full, rel=0.01)
+    assert got.work < issued / 5
+
+
+def test_a_long_loop_with_a_long_body_runs_two_iterations_and_one_more():
+    source, inputs = row_blocks(8), row_blocks_in(8)
+    cut = LoopSampling(2, sampled_timing.STEP)
+    simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=cut)
+    blocks = min(cut.view().cut)
+    assert (cut.keep_of(blocks), cut.extra_of(blocks)) == (2, 1)
+    assert cut.view().ran[blocks] == 2 and cut.view({blocks}).ran[blocks] == 3
+
+
 def test_sampling_is_refused_for_a_run_with_data():
     with pytest.raises(ValueError, match="timing-only"):
         simulate(load_source(MATMUL, "<mm>", None), MATMUL_IN, target="trn2", sampling=LoopSampling())
@@ -197,7 +237,8 @@ def _no_ids(trace):
 
 
 @pytest.mark.parametrize("source, inputs, min_body", [(MATMUL, MATMUL_IN, 3), (TWO_PASSES, MATMUL_IN, 32),
-                                                      (HIDDEN, HIDDEN_IN, 32), (REREAD, REREAD_IN, 32)])
+                                                      (HIDDEN, HIDDEN_IN, 32), (REREAD, REREAD_IN, 32),
+                                                      (row_blocks(4), row_blocks_in(4), 32)])
 def test_each_view_of_one_longer_run_is_the_run_it_stands_for(source, inputs, min_body):
     """The cut run and each loop's longer run, read off one simulation, issue what separate
     runs with those loops cut at 2 and 4 iterations issue, and count alike."""
@@ -208,9 +249,10 @@ def test_each_view_of_one_longer_run_is_the_run_it_stands_for(source, inputs, mi
                                                     sampling=alone).trace)
     assert run.decided == alone.decided and (run.view().cut, run.view().ran) == (alone.view().cut, alone.view().ran)
     for line in run.view().cut:
-        # that loop alone 4 iterations long: what the old separate longer run did
+        # that loop alone run its keep + extra iterations: what a separate longer run would do
         decided = {k: v for k, v in run.decided.items() if k != line}
-        longer = LoopSampling(4, decided={**decided, line: True}, min_body=0, min_trip=10**9)
+        runs = run.keep_of(line) + run.extra_of(line)
+        longer = LoopSampling(runs, decided={**decided, line: True}, min_body=0, min_trip=10**9, long_body=None)
         expected = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=longer)
         shorter = {k for k, v in run.decided.items() if v and k != line}
         if shorter:  # the other cut loops keep 2 iterations: not one keep for a run of its own; counts only
@@ -261,7 +303,8 @@ NOT_WORTH = (NEW + "@nki.jit\ndef mm(xT, w):\n" + hbm_out("out") + hbm_out("out2
 
 
 @pytest.mark.parametrize("source, inputs", [(MATMUL, MATMUL_IN), (TWO_PASSES, MATMUL_IN), (HIDDEN, HIDDEN_IN),
-                                            (REREAD, REREAD_IN), (NOT_WORTH, MATMUL_IN)])
+                                            (REREAD, REREAD_IN), (NOT_WORTH, MATMUL_IN),
+                                            (row_blocks(4), row_blocks_in(4)), (row_blocks(8), row_blocks_in(8))])
 def test_the_source_counts_what_the_cut_and_the_whole_kernel_issue(source, inputs):
     cut = LoopSampling(2)
     cut_run = simulate_source(source, None, inputs, target="trn2", timing_only=True, sampling=cut)
