@@ -14,11 +14,9 @@ Invariant: the same kernel, inputs, target and seed give the same report.
 from __future__ import annotations
 
 import re
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
@@ -305,28 +303,23 @@ class RunReport:
         }
 
 
-@contextmanager
-def _loaded(kernel) -> Iterator[Any]:
-    """The Kernel behind `kernel`; source text is written to a file for the simulator to read (so
-    line numbers stay right) and removed when the run is over."""
-    from axon.targets.trainium.simulator import load_kernel
+def _loaded(kernel):
+    """The Kernel behind `kernel` (a Kernel, source text, or `FILE.py[:FUNC]`); source text is
+    loaded as `kernel.py`, the name its errors give, and never written to a file (a run killed at
+    its time limit, or cancelled by ranking, would leave the file behind)."""
+    from axon.targets.trainium.simulator import load_kernel, load_source
 
     if hasattr(kernel, "params") and hasattr(kernel, "path"):
-        yield kernel
-        return
+        return kernel
     text = str(kernel)
     if "\n" in text:
-        with tempfile.TemporaryDirectory(prefix="axon_kernel_") as folder:
-            path = Path(folder) / "kernel.py"
-            path.write_text(text)
-            yield load_kernel(str(path))
-        return
+        return load_source(text, "kernel.py")
     path, func = text, None
     if ":" in text and not Path(text).is_file():
         path, _, func = text.rpartition(":")
     if not Path(path).is_file():
         raise InputError(f"kernel file not found: {path}")
-    yield load_kernel(path, func or None)
+    return load_kernel(path, func or None)
 
 
 @sandboxed(kernel_label)  # a child process: keywords timeout_s, memory_mb, cpu_s (simulator/sandbox.py)
@@ -343,37 +336,37 @@ def run(kernel, inputs: dict[str, Any], target: str = "trn2", timing_only: bool 
     (the report says how much) unless `strict_capacity`, which makes it an error."""
     from axon.targets.trainium.simulator import simulate
 
-    with _loaded(kernel) as k:
-        hw = get_target(target)
-        given = dict(load_npz(npz)) if npz else {}
-        given.update(inputs)
-        for name, value in (args or {}).items():
-            if name in given:
-                raise InputError(f"{name} is given both as an input and as an argument")
-            given[name] = value
-        args = resolve_inputs(k.params, given, timing_only=timing_only, seed=seed,
-                              defaults=getattr(k, "defaults", None))
-        result = simulate(k, args, target=hw.name, timing_only=timing_only, grid=grid,
-                          strict_capacity=strict_capacity)
-        est = estimate(result.trace, hw, keep_schedule=trace_path is not None)
-        if trace_path is not None:
-            try:
-                write_perfetto(est, trace_path)
-            except OSError as err:
-                raise InputError(f"cannot write trace {trace_path}: {err}") from None
-        check = None
-        if reference is not None and not timing_only:
-            check = reference_check(load_reference(reference), args, result.outputs,
-                                    reduction_length=reduction_length, roundings=roundings)
-        return RunReport(kernel=getattr(k, "name", str(kernel)), target=hw.name, estimate=est,
-                         outputs=None if timing_only else result.outputs,
-                         reference_ok=None if check is None else check.ok,
-                         max_abs_err=None if check is None else check.max_abs_err,
-                         tolerance=None if check is None else check.tolerance,
-                         max_err_over_bound=None if check is None else check.worst_ratio,
-                         sbuf_peak_bytes=result.sbuf_peak_bytes, psum_peak_bytes=result.psum_peak_bytes,
-                         spill_bytes=result.spill_bytes, reload_bytes=result.reload_bytes,
-                         spills=result.spills, reloads=result.reloads, unread=_unread(result.trace))
+    k = _loaded(kernel)
+    hw = get_target(target)
+    given = dict(load_npz(npz)) if npz else {}
+    given.update(inputs)
+    for name, value in (args or {}).items():
+        if name in given:
+            raise InputError(f"{name} is given both as an input and as an argument")
+        given[name] = value
+    args = resolve_inputs(k.params, given, timing_only=timing_only, seed=seed,
+                          defaults=getattr(k, "defaults", None))
+    result = simulate(k, args, target=hw.name, timing_only=timing_only, grid=grid,
+                      strict_capacity=strict_capacity)
+    est = estimate(result.trace, hw, keep_schedule=trace_path is not None)
+    if trace_path is not None:
+        try:
+            write_perfetto(est, trace_path)
+        except OSError as err:
+            raise InputError(f"cannot write trace {trace_path}: {err}") from None
+    check = None
+    if reference is not None and not timing_only:
+        check = reference_check(load_reference(reference), args, result.outputs,
+                                reduction_length=reduction_length, roundings=roundings)
+    return RunReport(kernel=getattr(k, "name", str(kernel)), target=hw.name, estimate=est,
+                     outputs=None if timing_only else result.outputs,
+                     reference_ok=None if check is None else check.ok,
+                     max_abs_err=None if check is None else check.max_abs_err,
+                     tolerance=None if check is None else check.tolerance,
+                     max_err_over_bound=None if check is None else check.worst_ratio,
+                     sbuf_peak_bytes=result.sbuf_peak_bytes, psum_peak_bytes=result.psum_peak_bytes,
+                     spill_bytes=result.spill_bytes, reload_bytes=result.reload_bytes,
+                     spills=result.spills, reloads=result.reloads, unread=_unread(result.trace))
 
 
 def _unread(trace) -> tuple:

@@ -50,6 +50,15 @@ def test_a_sleeping_kernel_stops_at_the_timeout():
     assert took < 3
 
 
+def test_a_killed_run_of_kernel_text_leaves_no_file_behind(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the child would write one
+    source = body("while True:\n    try:\n        time.sleep(0.01)\n    except BaseException:\n        pass")
+    failing(source.replace("import nki\n", "import nki\nimport time\n", 1), timeout_s=1)  # killed
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_kernel_that_catches_every_interrupt_is_killed():
     source = body("while True:\n    try:\n        time.sleep(0.01)\n    except BaseException:\n        pass")
     message, took = failing(source.replace("import nki\n", "import nki\nimport time\n", 1), timeout_s=1)
