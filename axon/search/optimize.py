@@ -343,8 +343,9 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     # ahead of it pulled (more with more workers), so the report is the same for any executor
     counts = order.counts_at([c for c in shortlist] + [c for c, _ in ranked])
     timed = {c.key: t for c, t in ranked}
-    base_t = (Timing(float("inf"), base_misfit) if base_misfit
-              else timed.get(baseline.key) or rank(tgt, [baseline], shapes, cache, budget_s)[0][1])
+    base_t = Timing(float("inf"), base_misfit) if base_misfit else timed.get(baseline.key)
+    if base_t is None or base_t.pruned:  # a run ranking stopped at a floor: that is no latency
+        base_t = rank(tgt, [baseline], shapes, cache, budget_s, executor=executor)[0][1]
     failed_sim = [c for c, t in ranked if t.error]
     # reported latencies are the full path's, never extensions of loop samples (the winner's run
     # keeps its schedule for the trace): the likely winner's and a sampled baseline's full runs
