@@ -143,14 +143,18 @@ class _Stop(Exception):
 class _Floors:
     """Checkpoints (work spent, floor of the latency) after each estimate of a sampled run. The
     floor is the cut run's latency plus, for each group of loops timed so far, what the formula
-    adds for it (an untrusted group: its busiest engine's time alone, which the loop at full length
-    takes at least); groups not yet timed add at least nothing. So it only grows within a round,
-    and it is the model's own extension, not a second model: what ranking may stop on."""
+    adds for it (groups not yet timed add at least nothing), and at least the busy time of each
+    engine (or of the DMA bandwidth) in the whole kernel as far as the runs so far show it: the cut
+    run's, and the skipped iterations of loops, each as busy as an iteration seen (an untrusted
+    loop's, which may fill time the cut run's engines idled, counts there only). The highest so
+    far is kept, so floors only grow; each is the model's own, not a second model: what ranking
+    may stop on."""
 
     def __init__(self, stop_above_ns: float):
         self.stop_above_ns, self.seen = stop_above_ns, []
 
     def at(self, work: int, ns: float) -> None:
+        ns = max(ns, self.seen[-1][1]) if self.seen else ns  # each is a floor: the highest so far holds
         self.seen.append((work, ns))
         if ns >= self.stop_above_ns:
             raise _Stop
@@ -171,8 +175,15 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
     if counts is not None and counts[0] < counts[2] and _work(counts[1], counts[0] + counts[1]) > SAVING * counts[2]:
         return whole()  # not even one longer run pays
     untrusted: dict = {}  # loops whose extension was not trusted: they run whole
+    first = None  # the cut run alone, run first where a floor may stop the runs (ranking)
+    if counts is not None and counts[0] < counts[2] and math.isfinite(floors.stop_above_ns):
+        first = _cut_run_first(kernel, inputs, hw, keep, sim_options, estimate, floors)
+        work = first[2]
+        if first[1] is None:
+            return SampledLatency(first[0].latency_ns, work, True, {}, tuple(floors.seen))
     while True:
-        run = LoopSampling(keep, STEP, decided=dict(untrusted))
+        run = (LoopSampling(keep, STEP, decided=dict(untrusted)) if first is None
+               else LoopSampling(keep, STEP, decided=dict(first[1].decided), runs=dict(first[1].runs)))
         base_trace = simulate(kernel, inputs, target=hw, timing_only=True, sampling=run, **sim_options).trace
         simulated = len(run.trace)
         cut = run.view()
@@ -184,10 +195,15 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
         if _work(simulated, timed) > SAVING * _uncut_instructions(base_trace, _cut_loops(cut)):
             work += _work(simulated, 0)
             return whole()
-        base = estimate(base_trace, hw, cut_loops=_cut_loops(cut))
-        work += _work(simulated, len(base_trace))
+        if first is None:
+            base = estimate(base_trace, hw, cut_loops=_cut_loops(cut))
+            work += _work(simulated, len(base_trace))
+        else:  # the cut run's own estimate: its trace is this run's cut view
+            base, first = first[0], None
+            work += _work(simulated, 0)
         latency, loops, refused = base.latency_ns, {}, []
-        refused_ns = 0.0  # the refused loops' share of the floor: their busiest engine's time at full length
+        # the floor of the engines' busy time: the cut run's, and the refused loops' at full length
+        busy = dict(base.engine_busy_ns)
         floors.at(work, latency)
         while todo:
             group = todo.pop(0)
@@ -206,17 +222,65 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
                     todo[:0] = [(line,) for line in group]
                 else:
                     refused.append(group[0])
-                    refused_ns += float(m) * busiest
-                    floors.at(work, latency + refused_ns)
+                    for (line, engine), ns in est.busy_by.items():
+                        if line == group[0]:
+                            busy[engine] = busy.get(engine, 0.0) + float(m) * ns / step
+                    floors.at(work, max(busy.values()))
                 continue
             latency += float(m) * max(added, busiest)
-            floors.at(work, latency + refused_ns)
+            floors.at(work, latency)
             instances = sum(cut.cut[g] for g in group)
             for g in group:
                 loops[g] = (float(cut.cut[g] * m), cut.cut[g], max(added, busiest) / instances)
         if not refused:
             return SampledLatency(latency, work, False, loops, tuple(floors.seen))
         untrusted.update(dict.fromkeys(refused, False))
+
+
+def _cut_run_first(kernel, inputs, hw, keep, sim_options, estimate, floors: "_Floors"):
+    """(estimate, sampling, work) of the cut run alone (sampling None: no loop was cut, so the
+    estimate is the whole kernel's), after the floors of its latency and of the engines' busy time
+    (`_busy_floor`): a candidate ranking would stop stops here, before the longer runs."""
+    run = LoopSampling(keep, 0)
+    trace = simulate(kernel, inputs, target=hw, timing_only=True, sampling=run, **sim_options).trace
+    cut = run.view()
+    if not cut.cut:
+        return estimate(trace, hw), None, _work(len(trace), len(trace))
+    cut_ids = {lid for lid, line in cut.line_of.items() if line in cut.cut}
+    base = estimate(trace, hw, cut_loops=_cut_loops(cut),
+                    busy_of=lambda ins: tuple((lid, i) for lid, i, _ in ins.extra.get("loops", ()) if lid in cut_ids))
+    work = _work(len(trace), len(trace))
+    floors.at(work, base.latency_ns)
+    floors.at(work, _busy_floor(cut, base))
+    return base, run, work
+
+
+def _busy_floor(cut: View, base) -> float:
+    """A floor of the whole kernel's latency from the cut run's estimate `base` (its `busy_by`
+    keyed by the cut loops' (loop id, iteration) path of an instruction): the busiest engine's
+    (or the DMA bandwidth's) busy time in the whole kernel, at least its time in the cut run plus,
+    for each skipped iteration of a cut loop L (skipped(L) x scale(L), as the formula counts them),
+    the least of L's iterations after the first in the cut run (the first may hold work later ones
+    are spared: a load the model hoists out of the loop). Not the cut run's latency plus that: the
+    extra work may fill time an engine idled in the cut run (a loop hidden behind loads)."""
+    per_iteration: dict = {}  # (loop id, iteration) -> {engine: busy ns}, its loops within included
+    for (path, engine), ns in base.busy_by.items():
+        for step in path:
+            engines = per_iteration.setdefault(step, {})
+            engines[engine] = engines.get(engine, 0.0) + ns
+    least: dict = {}  # loop line -> {engine: least busy ns of an iteration after the first}
+    for (lid, i), engines in per_iteration.items():
+        if i == 0:
+            continue
+        seen = least.setdefault(cut.line_of[lid], dict(engines))
+        for engine in set(seen) | set(engines):
+            seen[engine] = min(seen.get(engine, 0.0), engines.get(engine, 0.0))
+    busy = dict(base.engine_busy_ns)
+    for line, engines in least.items():
+        skipped = float(_multiple(cut, line) * cut.cut[line])  # skipped(L) x scale(L)
+        for engine, ns in engines.items():
+            busy[engine] = busy.get(engine, 0.0) + skipped * ns
+    return max(busy.values(), default=0.0)
 
 
 _LOOPS = ("affine_range", "sequential_range", "static_range")

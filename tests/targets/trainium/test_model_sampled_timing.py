@@ -128,11 +128,26 @@ def test_floors_grow_to_the_latency_and_a_stop_ends_the_runs_at_the_first_one_pa
     # the cut run's latency, then one more after the two loops' shared longer run: the latency
     assert len(floors) == 2 and floors[0] < floors[1] == whole.latency_ns and works[-1] == whole.work
     assert list(works) == sorted(works) and not whole.stopped
+    # with a stop, the cut run runs alone first: its latency, then the floor of its steady loops,
+    # which for these DMA-bound loops is the whole latency already: the longer run is never made
     stop = (floors[0] + floors[1]) / 2
     stopped = sampled_latency(kernel, MATMUL_IN, HW, stop_above_ns=stop)
-    assert stopped.stopped and (stopped.work, stopped.latency_ns) == whole.floors[1]
+    assert stopped.stopped and stopped.floors[0][1] == floors[0] and len(stopped.floors) == 2
+    assert stop <= stopped.latency_ns <= whole.latency_ns * (1 + 1e-9) and stopped.work < whole.work / 2
     early = sampled_latency(kernel, MATMUL_IN, HW, stop_above_ns=floors[0])
-    assert early.stopped and early.floors == whole.floors[:1] and early.work < whole.work
+    assert early.stopped and early.floors == stopped.floors[:1] and early.work == stopped.work
+
+
+@pytest.mark.parametrize("source, inputs", [(MATMUL, MATMUL_IN), (TWO_PASSES, MATMUL_IN), (HIDDEN, HIDDEN_IN),
+                                            (REREAD, REREAD_IN), (row_blocks(4), row_blocks_in(4)),
+                                            (row_blocks(8), row_blocks_in(8))])
+def test_a_run_that_may_stop_reaches_the_same_latency_and_no_floor_passes_it(source, inputs):
+    kernel = load_source(source, "<k>", None)
+    free = sampled_latency(kernel, inputs, HW)
+    may_stop = sampled_latency(kernel, inputs, HW, stop_above_ns=1e18)  # the cut run first, never stopped
+    assert may_stop.latency_ns == pytest.approx(free.latency_ns, rel=1e-12) and not may_stop.stopped
+    assert all(f <= may_stop.latency_ns * (1 + 1e-9) for _, f in may_stop.floors)
+    assert [f for _, f in may_stop.floors] == sorted(f for _, f in may_stop.floors)
 
 
 def test_the_cut_run_runs_two_iterations_of_the_long_loop_only():
