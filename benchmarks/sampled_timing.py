@@ -63,7 +63,8 @@ def render(rows: list, command: str, keep: int) -> str:
     cut = [r for r in rows if not r["exact"]]
     lines = [
         "# Loop-sampled timing against the full timing-only path (trn2)", "",
-        f"Command: `{command}` (cut loops run {keep} iterations; the cut run and one longer run per group of "
+        f"Command: `{command}` (cut loops run {keep} iterations, one where a body of 256 instructions or "
+        "more has fewer than 8; the cut run and one longer run per group of "
         "loops cut alike are views of one simulation; work: instructions simulated and timed, weighted by "
         "their cost, `sampled_timing._work`; the full path simulates and times each instruction once). "
         "Kernels: the stored winners of `optimize_suite.py` at each case's sizes. Times are medians "
