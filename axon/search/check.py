@@ -186,7 +186,10 @@ def _row_axis(shape, row) -> Optional[int]:
 def _take(array: np.ndarray, axis: Optional[int], rows: Optional[CheckedRows]) -> np.ndarray:
     if axis is None or rows is None:
         return array
-    return np.concatenate([np.take(array, np.arange(s, e), axis=axis) for s, e in rows.ranges], axis=axis)
+    # slices are views: the blocks are copied once, by the concatenation (at Llama sizes each copy
+    # of a weight's columns is hundreds of MB of fresh memory)
+    lead = (slice(None),) * axis
+    return np.concatenate([array[lead + (slice(s, e),)] for s, e in rows.ranges], axis=axis)
 
 
 def _shape(node, binding) -> tuple[int, ...]:
