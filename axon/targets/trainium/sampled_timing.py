@@ -18,8 +18,8 @@ The runs are views of one simulation (simulator/sampling.py): it runs every cut 
 iterations longer, and the cut run and each group's longer run are the subsequences of its trace
 that they would have issued, each accounted for capacity and timed by the model on its own. So
 the cost is one simulation of the kernel with its cut loops KEEP + STEP iterations long (a long
-body: KEEP + 1, or 1 + 1), and one estimate of the cut kernel and one per group of cut loop statements: it grows with the kernel's
-distinct loop bodies, not its iteration counts. Where no loop is long enough to cut, the run is
+body: KEEP + 1, or 1 + 1), and one estimate of the cut kernel and one per group of cut loop
+statements: it grows with the kernel's distinct loop bodies, not its iteration counts. Where no loop is long enough to cut, the run is
 the whole kernel and its latency is the full path's, exactly.
 
 The extension is linear, so it holds only where one more iteration costs what every later one
@@ -47,11 +47,12 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 from axon.targets.trainium.hardware import HardwareDescription
 from axon.targets.trainium.perfmodel import estimate as estimate_trace
 from axon.targets.trainium.simulator import LoopSampling, simulate
-from axon.targets.trainium.simulator.sampling import LONG_BODY, LONG_MIN_TRIP, MIN_BODY, MIN_TRIP, View
+from axon.targets.trainium.simulator.sampling import View
 from axon.targets.trainium.trace import cyclic_gc_paused
 
 KEEP = 2  # iterations a cut loop runs; the extension is the time of one more
@@ -178,12 +179,12 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
     first = None  # the cut run alone, run first where a floor may stop the runs (ranking)
     if counts is not None and counts[0] < counts[2] and math.isfinite(floors.stop_above_ns):
         first = _cut_run_first(kernel, inputs, hw, keep, sim_options, estimate, floors)
-        work = first[2]
-        if first[1] is None:
-            return SampledLatency(first[0].latency_ns, work, True, {}, tuple(floors.seen))
+        work = first.work
+        if first.sampling is None:
+            return SampledLatency(first.estimate.latency_ns, work, True, {}, tuple(floors.seen))
     while True:
-        run = (LoopSampling(keep, STEP, decided=dict(untrusted)) if first is None
-               else LoopSampling(keep, STEP, decided=dict(first[1].decided), runs=dict(first[1].runs)))
+        run = (LoopSampling(keep, STEP, decided=dict(untrusted)) if first is None else
+               LoopSampling(keep, STEP, decided=dict(first.sampling.decided), runs=dict(first.sampling.runs)))
         base_trace = simulate(kernel, inputs, target=hw, timing_only=True, sampling=run, **sim_options).trace
         simulated = len(run.trace)
         cut = run.view()
@@ -199,7 +200,7 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
             base = estimate(base_trace, hw, cut_loops=_cut_loops(cut))
             work += _work(simulated, len(base_trace))
         else:  # the cut run's own estimate: its trace is this run's cut view
-            base, first = first[0], None
+            base, first = first.estimate, None
             work += _work(simulated, 0)
         latency, loops, refused = base.latency_ns, {}, []
         # the floor of the engines' busy time: the cut run's, and the refused loops' at full length
@@ -237,22 +238,27 @@ def _sampled_latency(kernel, inputs: dict, hw: HardwareDescription, keep: int, s
         untrusted.update(dict.fromkeys(refused, False))
 
 
-def _cut_run_first(kernel, inputs, hw, keep, sim_options, estimate, floors: "_Floors"):
-    """(estimate, sampling, work) of the cut run alone (sampling None: no loop was cut, so the
-    estimate is the whole kernel's), after the floors of its latency and of the engines' busy time
+class _CutRun(NamedTuple):
+    estimate: object  # perfmodel.Estimate of the cut run
+    sampling: LoopSampling | None  # which loops it cut, and how; None: none, the whole kernel ran
+    work: int
+
+
+def _cut_run_first(kernel, inputs, hw, keep, sim_options, estimate, floors: "_Floors") -> _CutRun:
+    """The cut run alone, after the floors of its latency and of the engines' busy time
     (`_busy_floor`): a candidate ranking would stop stops here, before the longer runs."""
     run = LoopSampling(keep, 0)
     trace = simulate(kernel, inputs, target=hw, timing_only=True, sampling=run, **sim_options).trace
     cut = run.view()
     if not cut.cut:
-        return estimate(trace, hw), None, _work(len(trace), len(trace))
+        return _CutRun(estimate(trace, hw), None, _work(len(trace), len(trace)))
     cut_ids = {lid for lid, line in cut.line_of.items() if line in cut.cut}
     base = estimate(trace, hw, cut_loops=_cut_loops(cut),
                     busy_of=lambda ins: tuple((lid, i) for lid, i, _ in ins.extra.get("loops", ()) if lid in cut_ids))
     work = _work(len(trace), len(trace))
     floors.at(work, base.latency_ns)
     floors.at(work, _busy_floor(cut, base))
-    return base, run, work
+    return _CutRun(base, run, work)
 
 
 def _busy_floor(cut: View, base) -> float:
@@ -292,8 +298,8 @@ def static_counts(source: str, name: str | None = None, keep: int = KEEP) -> tup
     iterations longer), instructions the whole kernel issues), counted from the source of kernel
     `name` (None: the module's first function) whose loops are `nl.*_range` over literal integers
     and whose instructions are `nisa.*` calls, cut by the simulator's rule (simulator/sampling.py:
-    a loop of at least MIN_TRIP iterations whose first iteration, itself cut, issues at least
-    MIN_BODY; from LONG_MIN_TRIP iterations where it issues LONG_BODY); None for any other."""
+    `LoopSampling.decide` on the iterations and what the first, itself cut, issues); None for any
+    other."""
     try:
         fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and name in (None, n.name))
         return _counts(fn.body, keep)
@@ -313,14 +319,9 @@ def _counts(body: list, keep: int) -> tuple[int, int, int]:
             if stmt.orelse:
                 raise _Unknown
             inner_cut, inner_sampled, inner_whole = _counts(stmt.body, keep)
-            if inner_cut >= LONG_BODY and LONG_MIN_TRIP <= trip < MIN_TRIP:
-                runs, step = 1, 1
-            elif inner_cut >= LONG_BODY and trip >= MIN_TRIP:
-                runs, step = keep, 1
-            elif trip >= MIN_TRIP and inner_cut >= MIN_BODY:
-                runs, step = keep, STEP
-            else:
-                runs = step = 0
+            rule = LoopSampling(keep, STEP)  # the simulator's own rule, on this loop
+            rule.decide(0, trip, inner_cut)
+            runs, step = (rule.keep_of(0), rule.extra_of(0)) if rule.decided[0] else (0, 0)
             if runs:  # inside its extra iterations, the loops within run as in the cut run
                 cut += min(trip, runs) * inner_cut
                 sampled += min(trip, runs) * inner_sampled + (min(trip, runs + step) - min(trip, runs)) * inner_cut
