@@ -337,7 +337,7 @@ def optimize_kernel(prog: Program, bench, sizes, target: str, dtype: str, *, bud
     spent = sum(t.work for _, t in ranked) / WORK_PER_S  # in budget seconds: the same on any machine
     extra_s = min(EXTRA_RANK_S, budget_s) - spent
     if extra_s > 0:  # cheap to simulate: the model ranks past the static shortlist
-        say(f"ranking more candidates while it stays cheap (up to {extra_s:.0f} budget seconds)")
+        say(f"ranking more candidates while it stays cheap (up to {extra_s:.1f} budget seconds)")
         rest = (c for taken in iter(lambda: order.take(1), []) for c in taken if c.key != baseline.key)
         best = min((t.latency_ns for _, t in ranked if not t.pruned and not t.error), default=math.inf)
         ranked = sorted(ranked + rank(tgt, rest, shapes, cache, extra_s, executor=executor, best_ns=best),
